@@ -1,0 +1,146 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: lab
+short_description: Nodes of a local provision lab (podman containers)
+description:
+  - Lists the containers that C(provision lab up) started for one lab, in node order, with their
+    cluster-network address as C(cluster_address).
+  - Hosts land in the groups C(cluster) (what site.yml targets) and C(lab).
+  - The connection is chosen per node. C(auto) uses SSH once first contact is done (the node's
+    sshd answers on O(ssh_port) and its host key is in the lab's known_hosts, which the ssh_mesh
+    role writes), and the podman connection before that.
+  - The config file must end in C(lab.yml) or C(lab.yaml).
+options:
+  plugin:
+    description: The name of this plugin.
+    required: true
+    choices: [provision.cluster.lab]
+  lab_name:
+    description: The lab, as given to C(provision lab up --name).
+    default: provlab
+    env:
+      - name: PROVISION_LAB_NAME
+  connection:
+    description: C(auto), C(podman) or C(ssh).
+    default: auto
+    choices: [auto, podman, ssh]
+    env:
+      - name: PROVISION_LAB_CONNECTION
+  ssh_port:
+    description: The port the sshd role puts sshd on (C(sshd_port)).
+    type: int
+    default: 2222
+  state_dir:
+    description: Controller-side state of the lab (known_hosts). Defaults to ~/.cache/provision/labs/NAME.
+    type: path
+"""
+
+EXAMPLES = r"""
+# inventory/lab/lab.yml
+plugin: provision.cluster.lab
+lab_name: provlab
+"""
+
+import json
+import os
+import socket
+import subprocess
+
+from ansible.errors import AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin
+
+LABEL = "provision.lab"
+LABEL_INDEX = "provision.lab.index"
+
+
+def _subnet_index(name):
+    import hashlib
+
+    if name == "provlab":
+        return 77
+    return 100 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 150
+
+
+def node_address(name, index):
+    """Must match provision.lab.node_addresses (tested)."""
+    k = _subnet_index(name)
+    return "10.89.%d.%d" % (k, 10 + index), "10.90.%d.%d" % (k, 16 * index + 2)
+
+
+def _port_open(addr, port, timeout=0.3):
+    try:
+        with socket.create_connection((addr, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _known(known_hosts, addr, port):
+    marker = "[%s]:%d " % (addr, port)
+    try:
+        with open(known_hosts, encoding="utf-8") as handle:
+            return any(line.startswith(marker) or (",%s" % marker) in line for line in handle)
+    except OSError:
+        return False
+
+
+class InventoryModule(BaseInventoryPlugin):
+    NAME = "provision.cluster.lab"
+
+    def verify_file(self, path):
+        return super().verify_file(path) and path.endswith(("lab.yml", "lab.yaml"))
+
+    def parse(self, inventory, loader, path, cache=True):
+        super().parse(inventory, loader, path, cache)
+        self._read_config_data(path)
+        name = self.get_option("lab_name")
+        mode = self.get_option("connection")
+        port = int(self.get_option("ssh_port"))
+        state_dir = self.get_option("state_dir") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "provision", "labs", name)
+        known_hosts = os.path.join(state_dir, "known_hosts")
+        try:
+            proc = subprocess.run(
+                ["podman", "ps", "--filter", "label=%s=%s" % (LABEL, name), "--format", "json"],
+                capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise AnsibleParserError("lab inventory: cannot run podman (%s); run `provision lab setup`" % exc)
+        if proc.returncode != 0:
+            raise AnsibleParserError("lab inventory: podman ps failed: %s" % proc.stderr.strip())
+        containers = json.loads(proc.stdout or "[]")
+        if not containers:
+            raise AnsibleParserError(
+                "lab inventory: lab %r has no running node; run `provision lab up --name %s`" % (name, name))
+        nodes = sorted(containers, key=lambda c: int((c.get("Labels") or {}).get(LABEL_INDEX, "0")))
+        for group in ("cluster", "lab"):
+            self.inventory.add_group(group)
+        for c in nodes:
+            idx = int((c.get("Labels") or {}).get(LABEL_INDEX, "0"))
+            host = "node%d" % idx
+            addr, side = node_address(name, idx)
+            for group in ("cluster", "lab"):
+                self.inventory.add_host(host, group=group)
+            setv = self.inventory.set_variable
+            setv(host, "cluster_address", addr)
+            setv(host, "lab_name", name)
+            setv(host, "lab_container", c["Names"][0])
+            setv(host, "lab_side_address", side)
+            setv(host, "lab_known_hosts", known_hosts)
+            use_ssh = mode == "ssh" or (
+                mode == "auto" and _known(known_hosts, addr, port) and _port_open(addr, port))
+            if use_ssh:
+                setv(host, "ansible_connection", "ssh")
+                setv(host, "ansible_host", addr)
+                setv(host, "ansible_port", port)
+                setv(host, "ansible_user", "root")
+                setv(host, "ansible_ssh_common_args",
+                     "-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts)
+            else:
+                setv(host, "ansible_connection", "containers.podman.podman")
+                setv(host, "ansible_host", c["Names"][0])
+                setv(host, "ansible_user", "root")
+                setv(host, "ansible_podman_executable", "podman")

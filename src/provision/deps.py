@@ -1,0 +1,72 @@
+"""Third-party collections the roles use, taken from the `ansible` wheel on PyPI.
+
+Ansible Galaxy is often unreachable (air-gapped controllers, this project's CI); PyPI's
+`ansible` package carries the same collections. We download that one wheel (cached), and copy
+only the collections listed in requirements.yml into ~/.ansible/collections. Nothing of it is
+committed to this repository.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from provision.paths import cache_dir, content_root, user_collections_dir
+
+ANSIBLE_WHEEL_SPEC = "ansible>=10,<13"
+
+
+def required_collections() -> list[str]:
+    data = yaml.safe_load((content_root() / "requirements.yml").read_text()) or {}
+    return [c["name"] if isinstance(c, dict) else str(c) for c in data.get("collections", [])]
+
+
+def _installed(name: str, dest: Path) -> bool:
+    ns, coll = name.split(".", 1)
+    return (dest / "ansible_collections" / ns / coll / "MANIFEST.json").is_file()
+
+
+def missing_collections(dest: Path | None = None) -> list[str]:
+    dest = dest or user_collections_dir()
+    return [name for name in required_collections() if not _installed(name, dest)]
+
+
+def _ansible_wheel(log) -> Path:
+    wheels = cache_dir() / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob("ansible-[0-9]*.whl"))
+    if found:
+        return found[-1]
+    log("downloading the `ansible` wheel once, to take its collections (Galaxy may be unreachable)")
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                           "-d", str(wheels), ANSIBLE_WHEEL_SPEC], capture_output=True, text=True, check=False)
+    found = sorted(wheels.glob("ansible-[0-9]*.whl"))
+    if proc.returncode != 0 or not found:
+        raise RuntimeError("cannot download the ansible wheel from PyPI: "
+                           + (proc.stderr.strip().splitlines() or ["?"])[-1]
+                           + "; or install them with `ansible-galaxy collection install -r requirements.yml`")
+    return found[-1]
+
+
+def ensure_collections(dest: Path | None = None, log=print) -> list[str]:
+    """Install the missing collections into dest; returns the names installed."""
+    dest = dest or user_collections_dir()
+    missing = missing_collections(dest)
+    if not missing:
+        return []
+    wheel = _ansible_wheel(log)
+    prefixes = {name: "ansible_collections/%s/%s/" % tuple(name.split(".", 1)) for name in missing}
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            for prefix in prefixes.values():
+                if member.startswith(prefix):
+                    zf.extract(member, dest)
+                    break
+    still = missing_collections(dest)
+    if still:
+        raise RuntimeError(f"the ansible wheel {wheel.name} lacks {', '.join(still)}")
+    return missing

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import FIXTURES, lab_cmd, podman_available  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if podman_available():
+        return
+    skip = pytest.mark.skip(reason="podman is not usable here; run scripts/test.sh (it installs it)")
+    for item in items:
+        if "lab" in item.keywords or "molecule" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    assert FIXTURES.is_dir(), f"shared fixtures missing at {FIXTURES}"
+    return FIXTURES
+
+
+class Lab:
+    """A lab brought up for a test module and removed after it (unless PROVISION_KEEP_LABS=1)."""
+
+    def __init__(self, name: str, nodes: int = 2, options: list[str] | None = None):
+        self.name = name
+        self.nodes = nodes
+        self.options = options or []
+
+    def up(self) -> "Lab":
+        lab_cmd("up", "--nodes", str(self.nodes), *self.options, lab_name=self.name)
+        return self
+
+    def down(self) -> None:
+        if os.environ.get("PROVISION_KEEP_LABS") != "1":
+            lab_cmd("down", lab_name=self.name, check=False)
+
+
+@pytest.fixture(scope="session")
+def lab_factory():
+    """lab_factory(name, nodes=2, options=[...]) -> Lab that is up; all removed at session end."""
+    made: list[Lab] = []
+
+    def make(name: str, nodes: int = 2, options: list[str] | None = None) -> Lab:
+        lab = Lab(name, nodes, options).up()
+        made.append(lab)
+        return lab
+
+    yield make
+    for lab in made:
+        lab.down()

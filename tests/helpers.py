@@ -1,0 +1,100 @@
+"""Shared test helpers: paths, the lab, and running Ansible the way a user does."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures"
+COLLECTIONS = REPO / "collections"
+LAB_INVENTORY = REPO / "inventory" / "lab"
+BIN = Path(sys.executable).parent
+
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
+
+
+def tool(name: str) -> str:
+    """An executable from the test venv (ansible-playbook, provision, ...) or PATH."""
+    local = BIN / name
+    return str(local) if local.exists() else (shutil.which(name) or name)
+
+
+def ansible_env(lab_name: str | None = None, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    env["ANSIBLE_FORCE_COLOR"] = "0"
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    if lab_name:
+        env["PROVISION_LAB_NAME"] = lab_name
+    env.update(extra)
+    return env
+
+
+_RECAP = re.compile(r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
+                    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.M)
+
+
+class PlaybookResult:
+    def __init__(self, proc: subprocess.CompletedProcess):
+        self.rc = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.recap = {m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
+                      for m in _RECAP.finditer(proc.stdout)}
+
+    @property
+    def changed(self) -> int:
+        return sum(h["changed"] for h in self.recap.values())
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def __repr__(self) -> str:  # shows up in assertion messages
+        return f"PlaybookResult(rc={self.rc}, recap={self.recap})\n{self.output[-6000:]}"
+
+
+def run_playbook(playbook: str | Path, *, lab_name: str | None = None, inventory: str | Path | None = None,
+                 extra_args: list[str] | None = None, extra_vars: dict | None = None,
+                 env: dict[str, str] | None = None, timeout: float = 1200) -> PlaybookResult:
+    argv = [tool("ansible-playbook"), str(REPO / playbook) if not Path(playbook).is_absolute() else str(playbook),
+            "-i", str(inventory or LAB_INVENTORY)]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
+    argv += extra_args or []
+    proc = subprocess.run(argv, cwd=REPO, env={**ansible_env(lab_name), **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    return PlaybookResult(proc)
+
+
+def lab_cmd(*args: str, lab_name: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([tool("provision"), "lab", *args, "--name", lab_name], cwd=REPO,
+                          env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"provision lab {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def node_exec(lab_name: str, node: int, script: str, *, check: bool = True, timeout: float = 120,
+              user: str | None = None) -> subprocess.CompletedProcess:
+    """Run a shell script inside a lab node (as root unless user is given)."""
+    argv = ["podman", "exec"] + (["--user", user] if user else []) + [f"{lab_name}-node{node}", "bash", "-c", script]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"node{node}: `{script}` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def podman_available() -> bool:
+    if shutil.which("podman") is None:
+        return False
+    return subprocess.run(["podman", "info"], capture_output=True, check=False).returncode == 0
