@@ -35,6 +35,8 @@ def ansible_env(lab_name: str | None = None, **extra: str) -> dict[str, str]:
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     if lab_name:
         env["PROVISION_LAB_NAME"] = lab_name
+        # hosts are called node1..N in every lab: keep each lab's cached facts apart
+        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = os.path.expanduser(f"~/.cache/provision/facts-{lab_name}")
     env.update(extra)
     return env
 
