@@ -46,12 +46,13 @@ def test_names_differing_only_in_case_are_duplicates():
 @pytest.mark.parametrize("port", [70000, 0, -1, "abc"])
 def test_port_out_of_range(port):
     problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.2", ssh_port=port))
-    assert any(p.startswith("cluster (all 2 nodes): sshd_port") and "fix: set sshd_port to a port between 1 and 65535" in p for p in problems)
+    assert any(p.startswith("cluster (all 2 nodes): sshd_port") and "fix: set sshd_port to a port between 1 and 65535" in p
+               for p in problems)
 
 
 def test_ssh_port_equal_to_master_port():
     problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.2", ssh_port=29500, master_port=29500))
-    assert any(p.startswith("cluster (all 2 nodes): sshd_port and cluster_master_port are both 29500" in p for p in problems)
+    assert any(p.startswith("cluster (all 2 nodes): sshd_port and cluster_master_port are both 29500") for p in problems)
 
 
 def test_ports_must_agree_across_nodes():
