@@ -96,7 +96,7 @@ class InventoryModule(BaseInventoryPlugin):
                 ["podman", "ps", "--filter", "label=%s=%s" % (LABEL, name), "--format", "json"],
                 capture_output=True, text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise AnsibleParserError("lab inventory: cannot run podman (%s); run `provision lab setup`" % exc)
+            raise AnsibleParserError("lab inventory: cannot run podman (%s); run `provision lab setup`" % exc) from exc
         if proc.returncode != 0:
             raise AnsibleParserError("lab inventory: podman ps failed: %s" % proc.stderr.strip())
         containers = json.loads(proc.stdout or "[]")
