@@ -15,10 +15,18 @@ def parse_pdsh_output(stdout, stderr):
         host, sep, text = line.partition(": ")
         if sep and host.strip() not in answers:
             answers[host.strip()] = text.strip()
+    exits = {}
     for line in stderr.splitlines():
-        m = re.match(r"pdsh@[^:]+: ([^:\s]+): (.*)", line.strip())
-        if m and m.group(1) not in errors:
-            errors[m.group(1)] = m.group(2).strip()
+        line = line.strip()
+        m = re.match(r"pdsh@[^:]+: ([^:\s]+): (.*)", line)
+        if m:
+            exits.setdefault(m.group(1), m.group(2).strip())
+            continue
+        host, sep, text = line.partition(": ")
+        if sep and " " not in host and host not in errors:
+            errors[host] = text.strip()  # the remote side's / ssh's own message wins
+    for host, text in exits.items():
+        errors.setdefault(host, text)
     return answers, errors
 
 

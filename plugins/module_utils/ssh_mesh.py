@@ -199,9 +199,11 @@ def classify_ssh_error(stderr, rc=255, timed_out=False):
             line = next((ln.strip() for ln in text.splitlines() if re.search(pattern, ln)), "")
             if cls in ("host_key_changed", "host_key_missing"):
                 # the useful line for host keys is the one naming the key, not the banner
-                named = [ln.strip() for ln in text.splitlines()
-                         if re.search(r"host key is known for|Offending|Host key for", ln)]
-                line = named[0] if named else line
+                for pat in (r"Host key for .* has changed", r"host key is known for", r"Offending"):
+                    named = [ln.strip() for ln in text.splitlines() if re.search(pat, ln)]
+                    if named:
+                        line = named[0]
+                        break
             return cls, line.strip(" @") or cls, fix
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning:")]
     return "other", (lines[-1] if lines else "ssh exited %s" % rc), "run `ssh -v` by hand to see why"

@@ -14,7 +14,7 @@ description:
   - For every port asked for it reports whether something listens, which pids and process
     names hold it, and a one-line summary such as C(29500 is held by pid 4242 (python)).
   - With O(expect) each port also gets a check in the shape shared with C(provision verify)
-    (C(check), C(status), C(detail), C(fix)). The module never fails because of a check: the
+    (C(check), C(status), C(detail), C(fix)). The module never fails because of a check; the
     caller asserts on RV(checks) or RV(failed_checks).
   - Read-only; runs the same in check mode.
   - Without root, sockets owned by other users' processes show as listening with no owner.

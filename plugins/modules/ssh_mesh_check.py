@@ -15,7 +15,7 @@ description:
   - Each failed cell carries the class of the error (C(host_key_missing), C(host_key_changed),
     C(permission_denied), C(connection_refused), C(timeout), C(name_unresolvable), C(no_route),
     C(wrong_host), C(other)), ssh's own line, and the fix.
-  - Read-only: runs the same in check mode (C(provision verify) calls it so). Never fails because
+  - Read-only; runs the same in check mode (C(provision verify) calls it so). Never fails because
     of a cell; assert on RV(failed_cells) (the ssh_mesh role asserts the whole matrix).
 version_added: "0.1.0"
 author: provision developers

@@ -15,12 +15,12 @@ description:
     drop-in is put back and the module fails with sshd's message.
   - Reads the effective configuration (C(sshd -T)) and fails when the ports asked for are not in
     it (drop-in not included), warns when a setting of O(expect) is overridden by another file.
-  - C(direct) mode (no systemd, e.g. containers): finds the sshd that listens on O(ports) from
+  - C(direct) mode (no systemd, e.g. containers) finds the sshd that listens on O(ports) from
     C(/proc) (see M(provision.cluster.port_facts)); starts C(sshd) detached in its own session so it
     outlives the play; restarts it only when the effective configuration changed since it was
     started (digest kept in O(state_file)) or when it runs with another configuration; fails with
     the holder's pid and name when another program holds a port.
-  - C(systemd) mode: enables/starts the unit, reloads it when the configuration changed; on
+  - C(systemd) mode enables/starts the unit, reloads it when the configuration changed; on
     distributions where C(ssh.socket) starts sshd, runs C(daemon-reload) and restarts the socket.
   - Waits at most O(timeout) seconds for sshd to listen on every port.
 version_added: "0.1.0"
