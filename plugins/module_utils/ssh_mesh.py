@@ -85,7 +85,7 @@ def known_hosts_lines(nodes, extra_names=None):
     for node in nodes:
         names = node_names(node)
         pats = [port_pattern(n, node["port"]) for n in names]
-        for extra in (extra_names or {}).get(node["name"], []):
+        for extra in list(node.get("aliases") or []) + list((extra_names or {}).get(node["name"], [])):
             if extra not in pats:
                 pats.insert(0, extra)
         for key in node.get("host_keys") or []:

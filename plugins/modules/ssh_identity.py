@@ -43,6 +43,11 @@ options:
     description: The node's cluster sshd port, copied into RV(node).
     type: int
     default: 2222
+  aliases:
+    description: More known_hosts host patterns for this node (e.g. C([public-ip]:22)), copied into RV(node).
+    type: list
+    elements: str
+    default: []
   host_keys_dir:
     description: Where the host's public host keys are.
     type: path
@@ -83,6 +88,7 @@ node:
     user: {description: The key's owner., type: str}
     user_key: {description: RV(public_key)., type: str}
     host_keys: {description: The host's public host keys (type and base64)., type: list, elements: str}
+    aliases: {description: O(aliases)., type: list, elements: str}
 """
 
 import glob
@@ -121,6 +127,7 @@ def main():
             name=dict(type="str"),
             address=dict(type="str"),
             port=dict(type="int", default=2222),
+            aliases=dict(type="list", elements="str", default=[]),
             host_keys_dir=dict(type="path", default="/etc/ssh"),
         ),
         supports_check_mode=True,
@@ -185,6 +192,7 @@ def main():
         "user": pw.pw_name,
         "user_key": public_key,
         "host_keys": host_public_keys(p["host_keys_dir"]),
+        "aliases": p["aliases"],
     }
     module.exit_json(changed=changed, generated=generated, public_key=public_key, key_file=key_file,
                      home=pw.pw_dir, node=node)
