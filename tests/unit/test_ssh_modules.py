@@ -61,3 +61,14 @@ def test_ssh_mesh_module_controller_known_hosts_and_hosts_file(tmp_path):
     assert hosts.read_text().endswith("# END provision.cluster lab\n127.0.0.1 localhost\n")
     status, res = _adhoc("ssh_mesh", args)
     assert "SUCCESS" in status and res["changed"] is False
+
+
+def test_no_host_key_override_anywhere_in_the_repo():
+    """Never StrictHostKeyChecking=no/accept-new or UserKnownHostsFile=/dev/null in code or config."""
+    proc = subprocess.run(["git", "grep", "-n", "-i", "-E",
+                           r"StrictHostKeyChecking[= ]+(no|accept-new)|UserKnownHostsFile[= ]+/dev/null",
+                           "--", "*.py", "*.yml", "*.yaml", "*.j2", "*.cfg", "*.sh", "*.toml", "*.ini",
+                           ":!tests/unit/test_ssh_modules.py"],
+                          cwd=helpers.REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.stdout == "", proc.stdout
