@@ -33,7 +33,8 @@ def parse_pdsh_output(stdout, stderr):
 def missing_answers(hosts, expect, answers, errors):
     """One line per node that did not answer, or answered with another hostname."""
     missing = []
-    for host, want in zip(hosts, expect):
+    for i, host in enumerate(hosts):
+        want = expect[i] if i < len(expect) else host
         got = answers.get(host)
         if got is None:
             missing.append("%s: %s" % (host, errors.get(host) or errors.get("all") or "no answer"))

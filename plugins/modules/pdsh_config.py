@@ -71,8 +71,16 @@ RETURN = r"""
 found: {description: pdsh is installed., returned: always, type: bool}
 rcmd_default_supported: {description: The pdsh wrapper reads rcmd_default., returned: always, type: bool}
 answers: {description: node -> hostname it answered with., returned: when check ran, type: dict, sample: {node1: node1}}
-missing: {description: Nodes that did not answer (or answered wrongly), with pdsh's error line., returned: always, type: list, elements: str}
-checks: {description: One check C(pdsh from SOURCE) in the shape of C(provision verify)., returned: always, type: list, elements: dict}
+missing:
+  description: Nodes that did not answer (or answered wrongly), with pdsh's error line.
+  returned: always
+  type: list
+  elements: str
+checks:
+  description: One check C(pdsh from SOURCE) in the shape of C(provision verify).
+  returned: always
+  type: list
+  elements: dict
 """
 
 import os

@@ -74,7 +74,10 @@ row:
     target: {description: The name ssh was given., type: str, sample: node2}
     ok: {description: Logged in and the right host answered., type: bool}
     error: {description: Error class, empty when ok., type: str, sample: permission_denied}
-    detail: {description: ssh's line for the error (or the answer)., type: str, sample: "root@10.89.77.12: Permission denied (publickey)."}
+    detail:
+      description: ssh's line for the error (or the answer).
+      type: str
+      sample: "root@10.89.77.12: Permission denied (publickey)."
     fix: {description: What to do., type: str}
     seconds: {description: How long the cell took., type: float}
     line: {description: One line for a message., type: str, sample: "node1 -> node2: permission_denied: ..."}
