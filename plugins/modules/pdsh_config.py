@@ -84,13 +84,13 @@ checks:
 """
 
 import os
-import pwd
 import socket
 import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.pdsh import missing_answers, parse_pdsh_output
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user
 
 
 def _read(path):
@@ -143,21 +143,13 @@ def main():
     if diffs and module._diff:
         result["diff"] = diffs
     if p["check"] and not (module.check_mode and changed):
-        env = dict(os.environ, PDSH_RCMD_TYPE="ssh", LANG="C")
-        kwargs = {}
-        if p["user"]:
-            try:
-                pw = pwd.getpwnam(p["user"])
-            except KeyError:
-                module.fail_json(msg="user %s does not exist" % p["user"])
-            env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
-            if pw.pw_uid != os.getuid():
-                kwargs = dict(user=pw.pw_uid, group=pw.pw_gid, extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid))
-            kwargs["cwd"] = pw.pw_dir
+        kwargs, error = as_user(p["user"], {"PDSH_RCMD_TYPE": "ssh"})
+        if error:
+            module.fail_json(msg=error)
         argv = [pdsh, "-t", str(p["connect_timeout"]), "-u", str(p["command_timeout"]),
                 "-w", "^" + p["hosts_file"], "hostname"]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False,
                                   timeout=p["connect_timeout"] + p["command_timeout"] + 5, **kwargs)
             out, err = proc.stdout, proc.stderr
         except subprocess.TimeoutExpired:

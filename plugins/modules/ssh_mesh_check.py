@@ -94,15 +94,13 @@ checks:
   elements: dict
 """
 
-import os
-import pwd
 import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import classify_ssh_error
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user, classify_ssh_error
 
 
 def run_cell(ssh, target, expect, p, deadline, popen_user):
@@ -158,19 +156,9 @@ def main():
         else:
             targets.append((str(node), ""))
     ssh = module.get_bin_path("ssh", required=True)
-    popen_user = {}
-    if p["user"]:
-        try:
-            pw = pwd.getpwnam(p["user"])
-        except KeyError:
-            module.fail_json(msg="user %s does not exist" % p["user"])
-        if pw.pw_uid != os.getuid():
-            if os.getuid() != 0:
-                module.fail_json(msg="cannot run ssh as %s without root (use become)" % p["user"])
-            popen_user = dict(user=pw.pw_uid, group=pw.pw_gid, extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid))
-        env = {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name,
-               "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C"}
-        popen_user.update(env=env, cwd=pw.pw_dir)
+    popen_user, error = as_user(p["user"])
+    if error:
+        module.fail_json(msg=error)
     deadline = time.monotonic() + p["timeout"]
     with ThreadPoolExecutor(max_workers=max(1, min(64, len(targets)))) as pool:
         futures = [pool.submit(run_cell, ssh, name, expect, p, deadline, popen_user) for name, expect in targets]

@@ -160,3 +160,17 @@ def test_pdsh_output_one_unresolvable():
     assert pdsh.missing_answers(hosts, hosts, ans, err) == [
         "nosuchnode: ssh: Could not resolve hostname nosuchnode: Name or service not known"]
     assert pdsh.missing_answers(["node1"], ["gpu-a"], ans, err) == ["node1: answered node1, expected gpu-a"]
+
+
+def test_as_user():
+    import os
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    kwargs, err = ssh_mesh.as_user(me, {"PDSH_RCMD_TYPE": "ssh"})
+    assert err is None and "user" not in kwargs and "preexec_fn" not in kwargs
+    assert kwargs["env"]["PDSH_RCMD_TYPE"] == "ssh" and kwargs["env"]["USER"] == me
+    assert ssh_mesh.as_user("no-such-user-provision")[1] == "user no-such-user-provision does not exist"
+    if os.getuid() == 0:
+        kwargs, err = ssh_mesh.as_user("nobody")
+        assert err is None and kwargs["user"] == pwd.getpwnam("nobody").pw_uid
