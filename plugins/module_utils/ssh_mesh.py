@@ -246,3 +246,55 @@ def as_user(user, extra_env=None):
 
             kwargs["preexec_fn"] = drop
     return kwargs, None
+
+
+# ---------------------------------------------------------------- a key pair made where it is used
+
+def ensure_keypair(run_command, keygen, pw, key_file, key_type, comment, check_mode):
+    """Make ``pw``'s SSH key pair when missing (ssh-keygen, on this host; the private key is never
+    read), fix ~/.ssh (0700) and the private key's mode (0600).
+
+    run_command: AnsibleModule.run_command-like (argv -> rc, out, err).
+    Returns (absolute key_file, changed, generated). Raises RuntimeError with a one-line message.
+    """
+    import os
+
+    key_file = key_file if os.path.isabs(key_file) else os.path.join(pw.pw_dir, key_file)
+    ssh_dir = os.path.dirname(key_file)
+    as_other = os.getuid() != pw.pw_uid
+    changed = generated = False
+    if not os.path.isdir(ssh_dir):
+        changed = True
+        if not check_mode:
+            os.makedirs(ssh_dir, 0o700)
+            if as_other:
+                os.chown(ssh_dir, pw.pw_uid, pw.pw_gid)
+    elif os.stat(ssh_dir).st_mode & 0o077 and ssh_dir == os.path.join(pw.pw_dir, ".ssh"):
+        changed = True  # sshd's StrictModes refuses a group/world-writable ~/.ssh
+        if not check_mode:
+            os.chmod(ssh_dir, 0o700)
+    if not os.path.exists(key_file):
+        changed = generated = True
+        if not check_mode:
+            if os.path.exists(key_file + ".pub"):
+                os.unlink(key_file + ".pub")
+            rc, out, err = run_command([keygen, "-q", "-t", key_type, "-N", "", "-C", comment, "-f", key_file])
+            if rc != 0:
+                raise RuntimeError("ssh-keygen failed: %s" % (err or out).strip())
+    elif not os.path.exists(key_file + ".pub"):
+        changed = True
+        if not check_mode:
+            rc, out, err = run_command([keygen, "-y", "-f", key_file])
+            if rc != 0:
+                raise RuntimeError("cannot derive %s.pub: %s" % (key_file, (err or out).strip()))
+            with open(key_file + ".pub", "w", encoding="utf-8") as handle:
+                handle.write(out.strip() + "\n")
+    if changed and not check_mode and as_other:
+        for path in (key_file, key_file + ".pub"):
+            if os.path.exists(path):
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+    if os.path.exists(key_file) and os.stat(key_file).st_mode & 0o077:
+        changed = True
+        if not check_mode:
+            os.chmod(key_file, 0o600)
+    return key_file, changed, generated

@@ -97,7 +97,7 @@ import pwd
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import normalize_key
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import ensure_keypair, normalize_key
 
 
 def _read(path):
@@ -138,50 +138,13 @@ def main():
     except KeyError:
         module.fail_json(msg="user %s does not exist: create it (ssh_mesh_create_user: true)" % p["user"])
     hostname = socket.gethostname()
-    key_file = p["key_file"] if os.path.isabs(p["key_file"]) else os.path.join(pw.pw_dir, p["key_file"])
-    ssh_dir = os.path.dirname(key_file)
-    changed = generated = False
     keygen = module.get_bin_path("ssh-keygen", required=True)
-    as_other = os.getuid() != pw.pw_uid
-
-    if not os.path.isdir(ssh_dir):
-        changed = True
-        if not module.check_mode:
-            os.makedirs(ssh_dir, 0o700)
-            if as_other:
-                os.chown(ssh_dir, pw.pw_uid, pw.pw_gid)
-    elif os.stat(ssh_dir).st_mode & 0o077 and ssh_dir == os.path.join(pw.pw_dir, ".ssh"):
-        changed = True  # sshd's StrictModes refuses group/world-writable ~/.ssh
-        if not module.check_mode:
-            os.chmod(ssh_dir, 0o700)
-
-    if not os.path.exists(key_file):
-        changed = generated = True
-        if not module.check_mode:
-            comment = p["comment"] or "%s@%s" % (pw.pw_name, hostname)
-            for path in (key_file, key_file + ".pub"):
-                if os.path.exists(path):
-                    os.unlink(path)
-            rc, out, err = module.run_command([keygen, "-q", "-t", p["key_type"], "-N", "", "-C", comment,
-                                               "-f", key_file])
-            if rc != 0:
-                module.fail_json(msg="ssh-keygen failed: %s" % (err or out).strip())
-    elif not os.path.exists(key_file + ".pub"):
-        changed = True
-        if not module.check_mode:
-            rc, out, err = module.run_command([keygen, "-y", "-f", key_file])
-            if rc != 0:
-                module.fail_json(msg="cannot derive %s.pub: %s" % (key_file, (err or out).strip()))
-            with open(key_file + ".pub", "w", encoding="utf-8") as handle:
-                handle.write(out.strip() + "\n")
-    if changed and not module.check_mode and as_other:
-        for path in (key_file, key_file + ".pub"):
-            if os.path.exists(path):
-                os.chown(path, pw.pw_uid, pw.pw_gid)
-    if os.path.exists(key_file) and os.stat(key_file).st_mode & 0o077:
-        changed = True
-        if not module.check_mode:
-            os.chmod(key_file, 0o600)
+    try:
+        key_file, changed, generated = ensure_keypair(module.run_command, keygen, pw, p["key_file"], p["key_type"],
+                                                      p["comment"] or "%s@%s" % (pw.pw_name, hostname),
+                                                      module.check_mode)
+    except RuntimeError as exc:
+        module.fail_json(msg=str(exc))
 
     public_key = _read(key_file + ".pub")
     node = {

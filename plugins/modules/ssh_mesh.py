@@ -66,6 +66,12 @@ options:
     description: Also write the names into this hosts file (usually C(/etc/hosts)); empty to skip.
     type: str
     default: ""
+  identity_key_file:
+    description:
+      - Also make sure O(user) (default the user running the module) has this key pair, made here
+        when missing, and return its public key as RV(public_key). Relative to the home.
+      - The ssh_mesh role uses it on the controller (one task for its key and its known_hosts).
+    type: str
   authorize:
     description:
       - More authorized keys, each C({user, keys, name}); written as their own block C(NAME-<name>)
@@ -105,6 +111,10 @@ files:
   type: list
   elements: dict
   sample: [{path: /root/.ssh/known_hosts, changed: true}]
+public_key:
+  description: The public key of O(identity_key_file) (empty in check mode when it would be made).
+  returned: when O(identity_key_file) is set
+  type: str
 removed_known_hosts:
   description: Stale known_hosts lines (outside the block) that named one of the nodes and were removed.
   returned: always
@@ -114,11 +124,13 @@ removed_known_hosts:
 
 import os
 import pwd
+import socket
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
     authorized_keys_lines,
+    ensure_keypair,
     etc_hosts_lines,
     merge_block,
     render_known_hosts,
@@ -194,6 +206,7 @@ def main():
             ssh_config=dict(type="bool", default=True),
             hosts_file=dict(type="str", default=""),
             authorize=dict(type="list", elements="dict", default=[]),
+            identity_key_file=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -208,6 +221,16 @@ def main():
     pw = _pw(module, p["user"])
     ssh_dir = os.path.join(pw.pw_dir, ".ssh")
     removed = []
+    identity = {}
+    if p["identity_key_file"]:
+        try:
+            key_file, key_changed, _ = ensure_keypair(
+                module.run_command, module.get_bin_path("ssh-keygen", required=True), pw, p["identity_key_file"],
+                "ed25519", "%s@%s" % (pw.pw_name, socket.gethostname()), module.check_mode)
+        except RuntimeError as exc:
+            module.fail_json(msg=str(exc))
+        w.files.append({"path": key_file, "changed": key_changed})
+        identity["public_key"] = _read(key_file + ".pub").strip()
 
     if p["authorized_keys"]:
         path = os.path.join(ssh_dir, "authorized_keys")
@@ -234,7 +257,7 @@ def main():
         w.write(path, merge_block(_read(path), name, etc_hosts_lines(nodes), position="start"),
                 hosts_pw, 0o644, in_place_ok=True)
 
-    result = dict(changed=any(f["changed"] for f in w.files), files=w.files, removed_known_hosts=removed)
+    result = dict(changed=any(f["changed"] for f in w.files), files=w.files, removed_known_hosts=removed, **identity)
     if module._diff and w.diffs:
         result["diff"] = w.diffs
     module.exit_json(**result)

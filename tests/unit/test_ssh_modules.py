@@ -72,3 +72,15 @@ def test_no_host_key_override_anywhere_in_the_repo():
                           cwd=helpers.REPO, capture_output=True, text=True, check=False)
     assert proc.returncode in (0, 1), proc.stderr
     assert proc.stdout == "", proc.stdout
+
+
+def test_ssh_mesh_module_makes_the_controller_key_once(tmp_path):
+    key = tmp_path / "ctl" / "id_ed25519"
+    args = {"nodes": [], "identity_key_file": str(key), "authorized_keys": False, "known_hosts": False,
+            "ssh_config": False}
+    status, res = _adhoc("ssh_mesh", args)
+    assert "CHANGED" in status and res["public_key"].startswith("ssh-ed25519 ")
+    assert oct(key.stat().st_mode & 0o777) == "0o600" and oct(key.parent.stat().st_mode & 0o777) == "0o700"
+    digest = key.read_bytes()
+    status, again = _adhoc("ssh_mesh", args)
+    assert "SUCCESS" in status and again["public_key"] == res["public_key"] and key.read_bytes() == digest
