@@ -50,6 +50,12 @@ def connection(lab, host="node1"):
 
 def test_first_run_then_second_run_over_ssh_changes_nothing(lab):
     assert connection(lab) == "containers.podman.podman"
+    # --check --diff on bare nodes: runs through, changes nothing (sshd still not running)
+    dry = stages(lab, "--check", "--diff")
+    assert dry.rc == 0 and dry.recap["node1"]["failed"] == 0, dry
+    assert "+Port 2222" in dry.output
+    assert node_exec(LAB, 1, "pgrep -x sshd", check=False).returncode == 1
+    assert node_exec(LAB, 1, "test -e /etc/ssh/ssh_host_ed25519_key", check=False).returncode == 1
     first = stages(lab)
     assert first.rc == 0, first
     # first contact done: the controller now reaches the nodes over SSH with the real host keys
