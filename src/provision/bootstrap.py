@@ -504,13 +504,24 @@ def inventory_hosts(data: dict) -> list[str]:
     return order
 
 
+def _plain(value):
+    """ansible-inventory >= 2.19 prints unsafe strings as {"__ansible_unsafe": "..."}."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return _plain(value["__ansible_unsafe"])
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def targets_from_inventory(data: dict, *, user: str | None = None,
                            default_user: str = "root") -> tuple[list[Target], list[tuple[str, str]]]:
     """(SSH targets, [(host, why skipped)]) from `ansible-inventory --list` JSON."""
     hostvars = (data.get("_meta") or {}).get("hostvars", {})
     targets, skipped = [], []
     for name in inventory_hosts(data):
-        hv = hostvars.get(name) or {}
+        hv = _plain(hostvars.get(name) or {})
         conn = str(hv.get("ansible_connection", "ssh"))
         if conn not in SSH_CONNECTIONS:
             skipped.append((name, f"ansible_connection={conn}: no SSH first contact to make"))
