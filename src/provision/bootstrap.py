@@ -596,7 +596,12 @@ class ControllerKey:
 
 def ensure_controller_key(key_file: str | Path | None = None, *, log: Callable[[str], None] = print
                           ) -> ControllerKey:
-    """The controller key whose public half gets installed; an ed25519 pair is made when none exists."""
+    """The controller key whose public half gets installed; an ed25519 pair is made when none exists.
+
+    key_file: a private key path (--key, or the inventory's ansible_ssh_private_key_file); made
+    there when missing. None: the first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa, else a new
+    ~/.ssh/id_ed25519. The private key stays where it is; only the .pub line travels.
+    """
     if key_file is not None:
         candidates = [Path(key_file).expanduser()]
     else:
@@ -604,10 +609,7 @@ def ensure_controller_key(key_file: str | Path | None = None, *, log: Callable[[
     created = False
     chosen = next((p for p in candidates if p.is_file()), None)
     if chosen is None:
-        if key_file is not None:
-            raise BootstrapError(f"key {candidates[0]} does not exist; make it: "
-                                 f"ssh-keygen -t ed25519 -N '' -f {shlex.quote(str(candidates[0]))}")
-        chosen = DEFAULT_KEY.expanduser()
+        chosen = candidates[0] if key_file is not None else DEFAULT_KEY.expanduser()
         chosen.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         keygen = shutil.which("ssh-keygen")
         if keygen is None:
@@ -901,6 +903,9 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
 
     keys maps a target's key_file (None: the default) to the controller key to install there.
     """
+    missing = {t.key_file for t in targets} - set(keys)
+    if missing:
+        raise BootstrapError(f"no controller key loaded for {', '.join(map(str, missing))}")
     _quiet_paramiko()
     results = {t.name: HostResult(t.name, t.where) for t in targets}
     started = {t.name: time.monotonic() for t in targets}
@@ -976,7 +981,7 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
 
     def work(target: Target, scan: Scan) -> HostResult:
         result = results[target.name]
-        key = keys[target.key_file if target.key_file in keys else None]
+        key = keys[target.key_file]
         try:
             install_key(target, scan.keytype, scan.blob, pkey=key.pkey, pubkey_line=key.public_line,
                         password=opts.password, timeout=opts.timeout, result=result)

@@ -69,10 +69,13 @@ def _confirm_factory(view: _View):
 
 def _controller_keys(targets: list[core.Target], key_file: str | None, term: Terminal
                      ) -> dict[str | None, core.ControllerKey]:
-    keys = {None: core.ensure_controller_key(key_file, log=term.info)}
-    if key_file is None:
-        for path in sorted({t.key_file for t in targets if t.key_file}):
-            keys[path] = core.ensure_controller_key(path, log=term.info)
+    """One controller key per distinct key file (--key overrides the inventory's for every host)."""
+    if key_file is not None:
+        for target in targets:
+            target.key_file = None
+    keys = {}
+    for path in sorted({t.key_file for t in targets}, key=lambda p: p or ""):
+        keys[path] = core.ensure_controller_key(path or key_file, log=term.info)
     for key in keys.values():
         if key.note:
             term.warn(key.note)
@@ -192,7 +195,7 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
     seconds = time.monotonic() - t0
     if json_mode:
         term.emit_json({"inventory": inventory, "known_hosts": str(kh_path),
-                        "controller_key": str(keys[None].private) + ".pub",
+                        "controller_keys": sorted(str(k.private) + ".pub" for k in keys.values()),
                         "ssh_vars_written": written, "seconds": round(seconds, 3),
                         "ok": len(results) - len(failed), "changed": len(changed), "failed": len(failed),
                         "hosts": [r.as_dict() for r in results],
@@ -201,7 +204,8 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
         if written:
             term.info(f"wrote {written}: Ansible checks host keys against {kh_path}")
         term.info(f"bootstrap: {len(results) - len(failed)} ok ({len(changed)} changed), "
-                  f"{len(failed)} failed, in {seconds:.1f} s; controller key {keys[None].private}.pub; "
+                  f"{len(failed)} failed, in {seconds:.1f} s; installed "
+                  f"{', '.join(sorted(str(k.private) + '.pub' for k in keys.values()))}; "
                   f"known_hosts {kh_path}")
         if not failed:
             term.info(f"next: ansible -i {inventory} all -m ping")
