@@ -23,8 +23,10 @@ class _View:
         self.console: Console = term.err
         self.progress: Progress | None = None
         self.task = None
+        self.marks: list[tuple[str, float]] = []  # (phase, start) for the timings in --json
 
     def phase(self, name: str, total: int) -> None:
+        self.marks.append((name, time.monotonic()))
         self.stop()
         if not self.console.is_terminal or total == 0:
             return
@@ -172,6 +174,7 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
         raise click.UsageError(str(exc)) from exc
 
     view = _View(term)
+    view.marks.append(("inventory", t0))
     for host, why in skipped:
         view.line(f"skip   {host}: {why}", "dim")
     tty = sys.stdin.isatty() and term.err.is_terminal
@@ -189,6 +192,8 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
     finally:
         view.stop()
         password = None
+    view.marks.append(("end", time.monotonic()))
+    phases = {name: round(view.marks[i + 1][1] - start, 3) for i, (name, start) in enumerate(view.marks[:-1])}
     written = _ssh_vars(targets, kh_path, inv_dir, view)
     failed = [r for r in results if not r.ok]
     changed = [r for r in results if r.ok and r.changed]
@@ -196,7 +201,7 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
     if json_mode:
         term.emit_json({"inventory": inventory, "known_hosts": str(kh_path),
                         "controller_keys": sorted(str(k.private) + ".pub" for k in keys.values()),
-                        "ssh_vars_written": written, "seconds": round(seconds, 3),
+                        "ssh_vars_written": written, "seconds": round(seconds, 3), "phases": phases,
                         "ok": len(results) - len(failed), "changed": len(changed), "failed": len(failed),
                         "hosts": [r.as_dict() for r in results],
                         "skipped": [{"host": h, "why": w} for h, w in skipped]})
