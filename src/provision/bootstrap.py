@@ -261,7 +261,8 @@ echo "user=$(id -un)"
 echo "uid=$(id -u)"
 echo "home=$HOME"
 if [ -r /etc/os-release ]; then (. /etc/os-release; echo "os=${ID:-} ${VERSION_ID:-}"); fi
-p=$(command -v python3 2>/dev/null) && echo "python3=$p $("$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)"
+v='import sys; print("%d.%d.%d" % sys.version_info[:3])'
+p=$(command -v python3 2>/dev/null) && echo "python3=$p $("$p" -c "$v" 2>/dev/null)"
 if [ -e "$d" ] || [ -L "$d" ]; then echo "ssh_dir=$(stat -c '%a %u %F' "$d")"; fi
 if [ -e "$f" ] || [ -L "$f" ]; then echo "authorized_keys=$(stat -c '%a %u %F' "$f")"; fi
 if command -v sha256sum >/dev/null 2>&1; then echo "sha256sum=yes"; fi
@@ -728,13 +729,20 @@ def open_transport(target: Target, timeout: float, prefer: list[str] | None = No
         have = list(opts.key_types)
         opts.key_types = tuple([k for k in prefer if k in have] + [k for k in have if k not in prefer])
     try:
-        transport.start_client(timeout=timeout)
+        # start_client returns quietly when its own timeout passes first: give the banner and
+        # handshake timeouts room to fire, then make sure the key exchange really finished
+        transport.start_client(timeout=2 * timeout + 1)
+        transport.get_remote_server_key()
     except (paramiko.SSHException, EOFError, OSError) as exc:
+        cause = transport.get_exception() or exc
         transport.close()
-        if "banner" in str(exc).lower():
+        if "banner" in str(cause).lower():
             raise HostFailure(f"timeout: no SSH banner from {addr} within {timeout:g} s",
                               "check that sshd (not another service) listens on ansible_port") from exc
-        raise HostFailure(f"SSH handshake with {addr} failed: {exc}",
+        if "no existing session" in str(cause).lower():
+            raise HostFailure(f"timeout: the SSH handshake with {addr} did not finish in {2 * timeout + 1:g} s",
+                              "check the host's load and that sshd listens on ansible_port") from exc
+        raise HostFailure(f"SSH handshake with {addr} failed: {cause}",
                           "check that sshd listens on ansible_port and supports current algorithms") from exc
     return transport
 
@@ -831,6 +839,10 @@ class Scan:
     seconds: float = 0.0
 
 
+def _unexpected(exc: Exception) -> HostFailure:
+    return HostFailure(f"unexpected {type(exc).__name__}: {exc}", "re-run; report it if it persists")
+
+
 def scan_host(target: Target, known_text: str, timeout: float) -> Scan:
     t0 = time.monotonic()
     scan = Scan(target)
@@ -844,6 +856,8 @@ def scan_host(target: Target, known_text: str, timeout: float) -> Scan:
             transport.close()
     except HostFailure as exc:
         scan.failure = exc
+    except Exception as exc:  # noqa: BLE001 - one line per host, never a traceback
+        scan.failure = _unexpected(exc)
     scan.seconds = time.monotonic() - t0
     return scan
 
@@ -989,8 +1003,7 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
         except HostFailure as exc:
             _failed(result, exc)
         except Exception as exc:  # noqa: BLE001 - one line per host, never a traceback
-            _failed(result, HostFailure(f"unexpected {type(exc).__name__}: {exc}",
-                                        "re-run; report it if it persists"))
+            _failed(result, _unexpected(exc))
         return result
 
     if go:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, ansible_env, node_exec, tool
-from provision.lab import node_addresses
+from provision.lab import status as lab_status
 
 pytestmark = pytest.mark.lab
 
@@ -37,21 +37,18 @@ def env(lab_factory, tmp_path_factory):
     bad.write_text("not-" + password + "\n")
     bad.chmod(0o600)
     lab_factory(LAB, nodes=2, options=["--root-password-file", str(good)])
+    addresses = {n["index"]: n["address"] for n in lab_status(LAB)["nodes"]}
     inv_dir = tmp / "inv"
     inv_dir.mkdir()
     key = tmp / "controller_ed25519"  # made by bootstrap; the real ~/.ssh is left alone
-    hosts = "\n".join(f"node{i} ansible_host={node_addresses(LAB, i)[0]}" for i in (1, 2))
+    hosts = "\n".join(f"node{i} ansible_host={addresses[i]}" for i in (1, 2))
     (inv_dir / "hosts.ini").write_text(
         f"[cluster]\n{hosts}\n\n[cluster:vars]\nansible_port=2222\nansible_user=root\n"
         f"ansible_ssh_private_key_file={key}\n")
-    for i in (1, 2):  # a kept lab (PROVISION_KEEP_LABS=1) starts over too
-        node_exec(LAB, i, "rm -rf /root/.ssh")
-        subprocess.run(["podman", "exec", "-i", f"{LAB}-node{i}", "chpasswd"], input=f"root:{password}\n",
-                       text=True, check=True, capture_output=True, timeout=60)
     # a line somebody put there before us: it must survive every run
     node_exec(LAB, 1, f"mkdir -p -m 700 /root/.ssh && echo '{OPS_LINE}' > {AK} && chmod 600 {AK}")
     return {"inv": inv_dir / "hosts.ini", "dir": inv_dir, "good": good, "bad": bad, "key": key,
-            "password": password}
+            "password": password, "addresses": addresses}
 
 
 def bootstrap(env, *args: str, timeout: float = 120):
@@ -107,7 +104,7 @@ def test_bootstrap_then_ansible_with_key_and_host_key_checking(env):
     assert OPS_LINE in ak_state(1)
     known = (env["dir"] / "known_hosts").read_text().splitlines()
     assert sorted(line.split()[0] for line in known) == sorted(
-        f"[{node_addresses(LAB, i)[0]}]:2222" for i in (1, 2))
+        f"[{env['addresses'][i]}]:2222" for i in (1, 2))
     ping = ansible_ping(env, "first")
     assert ping.returncode == 0 and ping.stdout.count(" | SUCCESS") == 2, ping.stdout + ping.stderr
 
@@ -127,7 +124,7 @@ def test_second_run_changes_nothing_and_needs_no_password(env):
 
 
 def test_regenerated_host_key_is_refused_with_both_fingerprints(env):
-    addr = node_addresses(LAB, 2)[0]
+    addr = env["addresses"][2]
     old = next(line for line in (env["dir"] / "known_hosts").read_text().splitlines()
                if line.startswith(f"[{addr}]:2222 "))
     old_fp = subprocess.run(["ssh-keygen", "-lf", "-"], input=old, capture_output=True, text=True,

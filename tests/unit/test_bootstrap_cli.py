@@ -91,7 +91,7 @@ def test_unreachable_hosts_one_line_each(tmp_path):
         listener.close()
     assert proc.returncode == 1, proc
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
-    assert len(failed) == 2, proc.stdout
+    assert len(failed) == 2, proc
     assert failed[0].startswith(f"FAILED refused (root@127.0.0.1:{port}): connection refused on 127.0.0.1:{port}; "
                                 "fix: start sshd on refused")
     assert failed[1].startswith(f"FAILED silent (root@127.0.0.1:{silent}): timeout: no SSH banner")
