@@ -45,7 +45,9 @@ DEFAULT_FORKS = 16
 DEFAULT_KEY = Path("~/.ssh/id_ed25519")
 # the identities OpenSSH (and so Ansible) offers by default, in its order
 DEFAULT_IDENTITIES = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ed25519")
-KNOWN_HOSTS_NAME = "known_hosts"
+# Inside the inventory directory, but hidden: Ansible parses every other file of an inventory
+# directory as an inventory source (and warns, or fails with unparsed_is_failed, on known_hosts).
+KNOWN_HOSTS_REL = ".provision/known_hosts"
 SSH_VARS_RELPATH = Path("group_vars") / "all" / "provision_ssh.yml"
 MIN_PYTHON = (3, 8)  # what ansible-core 2.16+ modules need on the target
 
@@ -557,7 +559,7 @@ def inventory_dir(inventory: str) -> Path | None:
 
 
 def ssh_vars_text(known_hosts: Path, inv_dir: Path) -> str:
-    ref = ("{{ inventory_dir }}/" + KNOWN_HOSTS_NAME if known_hosts == inv_dir / KNOWN_HOSTS_NAME
+    ref = ("{{ inventory_dir }}/" + KNOWN_HOSTS_REL if known_hosts == inv_dir / KNOWN_HOSTS_REL
            else str(known_hosts))
     return (
         "---\n"
@@ -577,8 +579,8 @@ def ssh_args_problem(target: Target, known_hosts: Path, inv_dir: Path | None) ->
         if bad.lower() in args.lower():
             return f"ansible_ssh_common_args contains {bad}: host keys would not be checked"
     refs = {str(known_hosts)}
-    if inv_dir is not None and known_hosts == inv_dir / KNOWN_HOSTS_NAME:
-        refs.add("{{ inventory_dir }}/" + KNOWN_HOSTS_NAME)
+    if inv_dir is not None and known_hosts == inv_dir / KNOWN_HOSTS_REL:
+        refs.add("{{ inventory_dir }}/" + KNOWN_HOSTS_REL)
     if not any(f"UserKnownHostsFile={ref}" in args for ref in refs):
         return "ansible_ssh_common_args does not name the bootstrap known_hosts"
     return None

@@ -47,13 +47,13 @@ def env(lab_factory, tmp_path_factory):
         f"ansible_ssh_private_key_file={key}\n")
     # a line somebody put there before us: it must survive every run
     node_exec(LAB, 1, f"mkdir -p -m 700 /root/.ssh && echo '{OPS_LINE}' > {AK} && chmod 600 {AK}")
-    return {"inv": inv_dir / "hosts.ini", "dir": inv_dir, "good": good, "bad": bad, "key": key,
+    return {"dir": inv_dir, "good": good, "bad": bad, "key": key,
             "password": password, "addresses": addresses}
 
 
 def bootstrap(env, *args: str, timeout: float = 120):
     t0 = time.monotonic()
-    proc = subprocess.run([tool("provision"), "bootstrap", "-i", str(env["inv"]), *args], cwd=REPO,
+    proc = subprocess.run([tool("provision"), "bootstrap", "-i", f"{env['dir']}/", *args], cwd=REPO,
                           env=ansible_env(LAB), capture_output=True, text=True, timeout=timeout,
                           check=False, stdin=subprocess.DEVNULL)
     seconds = time.monotonic() - t0
@@ -69,7 +69,7 @@ def ansible_ping(env, fresh: str) -> subprocess.CompletedProcess:
     """`ansible all -m ping` through SSH connections of its own (a ControlPersist master of an
     earlier run would skip the host key check, as it would after a real node rebuild)."""
     cp_dir = tempfile.mkdtemp(prefix=f"bs-{fresh}-", dir="/tmp")  # unix socket paths are short
-    return subprocess.run([tool("ansible"), "-i", str(env["inv"]), "all", "-m", "ping"], cwd=REPO,
+    return subprocess.run([tool("ansible"), "-i", f"{env['dir']}/", "all", "-m", "ping"], cwd=REPO,
                           env=ansible_env(LAB, ANSIBLE_HOST_KEY_CHECKING="True",
                                           ANSIBLE_SSH_CONTROL_PATH_DIR=cp_dir),
                           capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
@@ -102,16 +102,17 @@ def test_bootstrap_then_ansible_with_key_and_host_key_checking(env):
         assert state.splitlines()[:2] == ["700 root", "600 root"]
         assert state.count(pub) == 1
     assert OPS_LINE in ak_state(1)
-    known = (env["dir"] / "known_hosts").read_text().splitlines()
+    known = (env["dir"] / ".provision" / "known_hosts").read_text().splitlines()
     assert sorted(line.split()[0] for line in known) == sorted(
         f"[{env['addresses'][i]}]:2222" for i in (1, 2))
     ping = ansible_ping(env, "first")
     assert ping.returncode == 0 and ping.stdout.count(" | SUCCESS") == 2, ping.stdout + ping.stderr
+    assert "Unable to parse" not in ping.stderr  # known_hosts is not taken for an inventory source
 
 
 def test_second_run_changes_nothing_and_needs_no_password(env):
     before = {n: ak_state(n) for n in (1, 2)}
-    known = (env["dir"] / "known_hosts").read_text()
+    known = (env["dir"] / ".provision" / "known_hosts").read_text()
     proc, seconds = bootstrap(env, "--json")
     print(f"re-run, 2 nodes: {seconds:.1f} s")
     assert proc.returncode == 0, proc
@@ -120,12 +121,12 @@ def test_second_run_changes_nothing_and_needs_no_password(env):
     assert {h["host_key_status"] for h in doc["hosts"]} == {"known"}
     assert {h["login"] for h in doc["hosts"]} == {"key"}
     assert {n: ak_state(n) for n in (1, 2)} == before
-    assert (env["dir"] / "known_hosts").read_text() == known
+    assert (env["dir"] / ".provision" / "known_hosts").read_text() == known
 
 
 def test_regenerated_host_key_is_refused_with_both_fingerprints(env):
     addr = env["addresses"][2]
-    old = next(line for line in (env["dir"] / "known_hosts").read_text().splitlines()
+    old = next(line for line in (env["dir"] / ".provision" / "known_hosts").read_text().splitlines()
                if line.startswith(f"[{addr}]:2222 "))
     old_fp = subprocess.run(["ssh-keygen", "-lf", "-"], input=old, capture_output=True, text=True,
                             check=True).stdout.split()[1]
@@ -139,7 +140,7 @@ def test_regenerated_host_key_is_refused_with_both_fingerprints(env):
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
     assert len(failed) == 1 and failed[0].startswith("FAILED node2"), proc.stdout
     assert "host key changed" in failed[0] and old_fp in failed[0] and new_fp in failed[0]
-    known_hosts = env["dir"] / "known_hosts"
+    known_hosts = env["dir"] / ".provision" / "known_hosts"
     remove = f"ssh-keygen -R '[{addr}]:2222' -f {known_hosts}"
     assert remove in failed[0]
     assert sum(line.startswith("ok") for line in proc.stdout.splitlines()) == 1

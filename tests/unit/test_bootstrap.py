@@ -259,11 +259,11 @@ def test_targets_from_static_inventory():
         ("node1", "10.89.157.11", 2222, "root"), ("node2", "10.89.157.12", 2222, "root")]
     assert targets[0].pattern == NODE1
     inv = Path("/inv")
-    assert bs.ssh_args_problem(targets[0], inv / "known_hosts", inv) is None
+    assert bs.ssh_args_problem(targets[0], inv / bs.KNOWN_HOSTS_REL, inv) is None
     assert bs.ssh_args_problem(targets[0], Path("/elsewhere/kh"), inv) == \
         "ansible_ssh_common_args does not name the bootstrap known_hosts"
     targets[0].ssh_common_args += " -o StrictHostKeyChecking=no"
-    assert "StrictHostKeyChecking=no" in bs.ssh_args_problem(targets[0], inv / "known_hosts", inv)
+    assert "StrictHostKeyChecking=no" in bs.ssh_args_problem(targets[0], inv / bs.KNOWN_HOSTS_REL, inv)
     assert bs.targets_from_inventory(data, user="ubuntu")[0][1].user == "ubuntu"
 
 
@@ -285,8 +285,8 @@ def test_inventory_problems_per_host():
 
 def test_ssh_vars_text_points_at_the_inventory_known_hosts():
     inv = Path("/srv/inv")
-    text = bs.ssh_vars_text(inv / "known_hosts", inv)
-    assert '"-o UserKnownHostsFile={{ inventory_dir }}/known_hosts -o StrictHostKeyChecking=yes"' in text
+    text = bs.ssh_vars_text(inv / ".provision" / "known_hosts", inv)
+    assert '"-o UserKnownHostsFile={{ inventory_dir }}/.provision/known_hosts -o StrictHostKeyChecking=yes"' in text
     assert "UserKnownHostsFile=/other/kh " in bs.ssh_vars_text(Path("/other/kh"), inv)
     data = json.loads((FIX / "ansible_inventory_list.json").read_text())
     # what the test inventory holds is exactly what we write

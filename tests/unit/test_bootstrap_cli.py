@@ -102,8 +102,8 @@ def test_unreachable_hosts_one_line_each(tmp_path):
     assert key.is_file() and oct(key.stat().st_mode & 0o777) == "0o600"
     # the inventory now tells Ansible to check host keys against the inventory's known_hosts
     ssh_vars = (inv.parent / "group_vars" / "all" / "provision_ssh.yml").read_text()
-    assert "UserKnownHostsFile={{ inventory_dir }}/known_hosts -o StrictHostKeyChecking=yes" in ssh_vars
-    assert not (inv.parent / "known_hosts").exists()  # nothing accepted: nothing recorded
+    assert "UserKnownHostsFile={{ inventory_dir }}/.provision/known_hosts -o StrictHostKeyChecking=yes" in ssh_vars
+    assert not (inv.parent / ".provision" / "known_hosts").exists()  # nothing accepted: nothing recorded
 
 
 def test_no_ssh_hosts_is_a_usage_error(tmp_path):

@@ -131,7 +131,7 @@ def _ssh_vars(targets: list[core.Target], known_hosts: Path, inv_dir: Path | Non
 @click.option("--key", "key_file", type=click.Path(dir_okay=False), default=None,
               help="Controller private key whose .pub to install [default: ~/.ssh/id_ed25519, made if missing].")
 @click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
-              help="known_hosts to check and record keys in [default: INVENTORY_DIR/known_hosts].")
+              help="known_hosts to check and record keys in [default: INVENTORY_DIR/.provision/known_hosts].")
 @click.option("-f", "--forks", default=core.DEFAULT_FORKS, show_default=True, type=click.IntRange(1, 256),
               help="Hosts handled at once.")
 @click.option("-T", "--timeout", default=core.DEFAULT_TIMEOUT, show_default=True, type=click.FloatRange(1, 600),
@@ -147,7 +147,7 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
     to trust it when it is new (--accept-host-keys: trust without asking), refuse it when it
     changed; log in with the password once and append the controller's public key to the
     user's ~/.ssh/authorized_keys. Afterwards Ansible reaches the hosts with the key and
-    with host-key checking on, through INVENTORY_DIR/known_hosts (see
+    with host-key checking on, through INVENTORY_DIR/.provision/known_hosts (see
     group_vars/all/provision_ssh.yml, written when missing). Re-running changes nothing.
 
     \b
@@ -161,7 +161,7 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
         if known_hosts:
             kh_path = Path(known_hosts).expanduser().resolve()
         elif inv_dir is not None:
-            kh_path = inv_dir / core.KNOWN_HOSTS_NAME
+            kh_path = inv_dir / core.KNOWN_HOSTS_REL
         else:
             raise click.UsageError(f"{inventory} is not a file or directory: give --known-hosts FILE")
         data = core.load_inventory(inventory, limit)
