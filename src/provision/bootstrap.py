@@ -187,15 +187,21 @@ def judge_host_key(entries: list[KnownKey], keytype: str, blob: bytes) -> HostKe
     return HostKeyVerdict("changed", presented, recorded)
 
 
+# OpenSSH's (and paramiko's) default host key algorithm order
+_ALG_ORDER = ["ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+              "rsa-sha2-512", "rsa-sha2-256"]
+
+
 def preferred_key_types(entries: list[KnownKey]) -> list[str]:
-    """Host key algorithms to ask for first: the types recorded for this host (as OpenSSH does)."""
+    """Host key algorithms to ask for first: the types recorded for this host, in the default
+    order (as OpenSSH does), so a host with several recorded keys is checked against one of them."""
     out: list[str] = []
     for e in entries:
         if e.marker:
             continue
         algs = ["rsa-sha2-512", "rsa-sha2-256"] if e.keytype == "ssh-rsa" else [e.keytype]
         out.extend(a for a in algs if a not in out)
-    return out
+    return sorted(out, key=lambda a: _ALG_ORDER.index(a) if a in _ALG_ORDER else len(_ALG_ORDER))
 
 
 def known_hosts_line(name: str, keytype: str, blob: bytes) -> str:

@@ -80,6 +80,20 @@ def test_hashed_known_hosts_match():
     assert bs.known_keys_for(text, "[10.89.157.11]:22") == []
 
 
+def test_known_hosts_rewritten_by_ssh_mesh_still_known():
+    """After site.yml the ssh_mesh role keeps the controller's known_hosts in a managed block
+    with `[name]:port,[addr]:port` patterns: a re-run of bootstrap finds the hosts known."""
+    text = (FIX / "known_hosts_after_ssh_mesh.txt").read_text()
+    for name in ("[10.89.157.11]:2222", "[node1]:2222"):
+        entries = bs.known_keys_for(text, name)
+        assert {e.keytype for e in entries} == {"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256"}
+        ed = next(e for e in entries if e.keytype == "ssh-ed25519")
+        assert ed.fingerprint == "SHA256:RUG5R6T2qPVAy2Qtn7La7tkjpaLPbMnzgGUj/6pqTbw"  # ssh-keygen -lf
+        assert bs.judge_host_key(entries, ed.keytype, ed.blob).status == "known"
+    node2 = bs.known_keys_for(text, "[10.89.157.12]:2222")
+    assert bs.judge_host_key(node2, ed.keytype, ed.blob).status == "changed"
+
+
 def test_patterns_negation_and_revoked():
     keytype, blob = scanned()["ssh-ed25519"]
     b64 = base64.b64encode(blob).decode()
@@ -94,8 +108,11 @@ def test_patterns_negation_and_revoked():
 
 def test_preferred_key_types_follow_the_record():
     entries = bs.known_keys_for((FIX / "keyscan_node1.txt").read_text(), NODE1)
-    assert bs.preferred_key_types(entries) == ["rsa-sha2-512", "rsa-sha2-256", "ecdsa-sha2-nistp256",
-                                               "ssh-ed25519"]
+    # keyscan order is rsa, ecdsa, ed25519: asked for in OpenSSH's order
+    assert bs.preferred_key_types(entries) == ["ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512",
+                                               "rsa-sha2-256"]
+    assert bs.preferred_key_types([e for e in entries if e.keytype == "ssh-rsa"]) == ["rsa-sha2-512",
+                                                                                     "rsa-sha2-256"]
 
 
 def test_known_hosts_line_round_trips_and_appends_once():
