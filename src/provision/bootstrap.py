@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -829,6 +829,7 @@ class HostResult:
     cause: str = ""
     fix: str = ""
     seconds: float = 0.0
+    same_as: str = ""  # another inventory name of the same machine, done under that name
 
     @property
     def changed(self) -> bool:
@@ -929,6 +930,15 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
     if missing:
         raise BootstrapError(f"no controller key loaded for {', '.join(map(str, missing))}")
     _quiet_paramiko()
+    # inventory aliases of one machine (same address, port, user and key) are handled once
+    every, targets, first_of, aliases = targets, [], {}, {}
+    for t in every:
+        ident = (t.address, t.port, t.user, t.key_file)
+        if ident in first_of:
+            aliases[t.name] = first_of[ident]
+        else:
+            first_of[ident] = t.name
+            targets.append(t)
     results = {t.name: HostResult(t.name, t.where) for t in targets}
     started = {t.name: time.monotonic() for t in targets}
     forks = max(1, min(opts.forks, len(targets) or 1))
@@ -1019,4 +1029,8 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
             for fut in as_completed([pool.submit(work, t, s) for t, s in go]):
                 finish(fut.result())
                 on_progress()
-    return [results[t.name] for t in targets]
+    for alias, name in aliases.items():
+        result = replace(results[name], host=alias, changes=[], same_as=name)
+        results[alias] = result
+        on_result(result)
+    return [results[t.name] for t in every]

@@ -82,7 +82,8 @@ def test_unreachable_hosts_one_line_each(tmp_path):
     silent = listener.getsockname()[1]
     accepted = []
     threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
-    inv = write_inventory(tmp_path, {"refused": ("127.0.0.1", port), "silent": ("127.0.0.1", silent)})
+    inv = write_inventory(tmp_path, {"refused": ("127.0.0.1", port), "silent": ("127.0.0.1", silent),
+                                     "alias": ("127.0.0.1", port)})
     pw = password_file(tmp_path)
     try:
         proc, seconds = run_bootstrap(tmp_path, "-i", str(inv), "--password-file", str(pw),
@@ -91,10 +92,12 @@ def test_unreachable_hosts_one_line_each(tmp_path):
         listener.close()
     assert proc.returncode == 1, proc
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
-    assert len(failed) == 2, proc
+    assert len(failed) == 3, proc
     assert failed[0].startswith(f"FAILED refused (root@127.0.0.1:{port}): connection refused on 127.0.0.1:{port}; "
                                 "fix: start sshd on refused")
     assert failed[1].startswith(f"FAILED silent (root@127.0.0.1:{silent}): timeout: no SSH banner")
+    # another inventory name of the same machine is contacted once, under the first name
+    assert failed[2] == f"FAILED alias (root@127.0.0.1:{port}): the same machine as refused, handled under that name"
     assert seconds < 20
     assert "not-the-password" not in proc.stdout + proc.stderr
     # the controller key pair was made (private key 0600) in the (test) home

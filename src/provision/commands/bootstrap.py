@@ -53,6 +53,9 @@ class _View:
 
 
 def _result_line(r: core.HostResult) -> tuple[str, str]:
+    if r.same_as:
+        return (f"{'ok    ' if r.ok else 'FAILED'} {r.host} ({r.where}): the same machine as {r.same_as}, "
+                "handled under that name", "green" if r.ok else "red")
     if not r.ok:
         return f"FAILED {r.host} ({r.where}): {r.cause}; fix: {r.fix}", "red"
     key = f"host key {r.host_key} {r.host_key_status}"
