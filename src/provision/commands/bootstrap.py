@@ -112,13 +112,16 @@ def _ssh_vars(targets: list[core.Target], known_hosts: Path, inv_dir: Path | Non
             core.write_atomic(path, core.ssh_vars_text(known_hosts, inv_dir))
             written = str(path)
     want = f'-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes'
+    problems: dict[str, list[str]] = {}
     for target in targets:
         if written and not target.ssh_common_args:
             continue  # the new file supplies it
         problem = core.ssh_args_problem(target, known_hosts, inv_dir)
         if problem:
-            view.term.warn(f"{target.name}: {problem}; set ansible_ssh_common_args: \"{want}\" "
-                           "for it in the inventory")
+            problems.setdefault(problem, []).append(target.name)
+    for problem, hosts in problems.items():
+        view.term.warn(f"{', '.join(hosts)}: {problem}; set ansible_ssh_common_args: \"{want}\" "
+                       "for them in the inventory")
     return written
 
 
