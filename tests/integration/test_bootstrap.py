@@ -156,3 +156,14 @@ def test_regenerated_host_key_is_refused_with_both_fingerprints(env):
     assert len(known_hosts.read_text().splitlines()) == 2
     ping = ansible_ping(env, "cleared")
     assert ping.returncode == 0 and ping.stdout.count(" | SUCCESS") == 2, ping.stdout + ping.stderr
+
+
+def test_missing_python3_is_reported_with_the_install_command(env):
+    node_exec(LAB, 1, "mv /usr/bin/python3 /usr/bin/python3.moved")
+    try:
+        proc, _ = bootstrap(env, "--limit", "node1")
+    finally:
+        node_exec(LAB, 1, "mv /usr/bin/python3.moved /usr/bin/python3")
+    assert proc.returncode == 0, proc  # the key is in place: bootstrap's job is done
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("ok     node1"))
+    assert line.endswith("python3 missing (fix: on the host: apt-get install -y python3)"), line
