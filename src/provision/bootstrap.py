@@ -691,8 +691,11 @@ def load_inventory(inventory: str, limit: str | None = None, *, timeout: float =
     except subprocess.TimeoutExpired as exc:
         raise BootstrapError(f"ansible-inventory -i {inventory} did not finish in {timeout:.0f} s") from exc
     if proc.returncode != 0:
-        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        raise BootstrapError(f"cannot read inventory {inventory}: {lines[-1] if lines else proc.returncode}")
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("[")]
+        # the first parser's complaint says most (ansible-core 2.19 prints one per plugin tried)
+        why = next((line for line in lines if "Failed to parse" in line), lines[-1] if lines else "")
+        raise BootstrapError(f"cannot read inventory {inventory}: {why or proc.returncode} "
+                             f"(all of it: ansible-inventory -i {inventory} --list)")
     try:
         return json.loads(proc.stdout)
     except ValueError as exc:

@@ -68,10 +68,15 @@ def test_password_usage_errors(tmp_path, args, message):
     assert message in proc.stderr
 
 
-def test_missing_inventory_is_a_usage_error(tmp_path):
+def test_missing_or_broken_inventory_is_a_usage_error(tmp_path):
     proc, _ = run_bootstrap(tmp_path, "-i", str(tmp_path / "nope.ini"))
     assert proc.returncode == 2, proc
-    assert "nope.ini" in proc.stderr
+    assert f"inventory {tmp_path / 'nope.ini'} does not exist" in proc.stderr
+    broken = tmp_path / "hosts.yml"
+    broken.write_text("all:\n  hosts:\n    a: [\n")
+    proc, _ = run_bootstrap(tmp_path, "-i", str(broken))
+    assert proc.returncode == 2, proc
+    assert f"cannot read inventory {broken}: [WARNING]: Failed to parse inventory" in proc.stderr
 
 
 def test_unreachable_hosts_one_line_each(tmp_path):

@@ -164,12 +164,14 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
     try:
         password = _password(ask_pass, password_file)
         inv_dir = core.inventory_dir(inventory)
+        if inv_dir is None and "," not in inventory:
+            raise click.UsageError(f"inventory {inventory} does not exist")
         if known_hosts:
             kh_path = Path(known_hosts).expanduser().resolve()
         elif inv_dir is not None:
             kh_path = inv_dir / core.KNOWN_HOSTS_REL
         else:
-            raise click.UsageError(f"{inventory} is not a file or directory: give --known-hosts FILE")
+            raise click.UsageError(f"{inventory} is a host list, not a file or directory: give --known-hosts FILE")
         data = core.load_inventory(inventory, limit)
         targets, skipped = core.targets_from_inventory(data, user=user)
         if not targets:
