@@ -199,7 +199,6 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
                                  on_result=on_result)
     finally:
         view.stop()
-        password = None
     view.marks.append(("end", time.monotonic()))
     phases = {name: round(view.marks[i + 1][1] - start, 3) for i, (name, start) in enumerate(view.marks[:-1])}
     written = _ssh_vars(targets, kh_path, inv_dir, view)
@@ -217,7 +216,7 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
         if written:
             term.info(f"wrote {written}: Ansible checks host keys against {kh_path}")
         term.info(f"bootstrap: {len(results) - len(failed)} ok ({len(changed)} changed), "
-                  f"{len(failed)} failed, in {seconds:.1f} s; installed "
+                  f"{len(failed)} failed, in {seconds:.1f} s; controller key "
                   f"{', '.join(sorted(str(k.private) + '.pub' for k in keys.values()))}; "
                   f"known_hosts {kh_path}")
         if not failed:
