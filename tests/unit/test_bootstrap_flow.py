@@ -9,14 +9,19 @@ tests/integration/test_bootstrap.py runs the same against OpenSSH in lab nodes.
 from __future__ import annotations
 
 import os
+import pty
+import select
+import signal
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import paramiko
 import pytest
 
+from helpers import REPO, ansible_env, tool
 from provision import bootstrap as bs
 
 PASSWORD = "correct horse"
@@ -177,3 +182,51 @@ def test_existing_lines_kept_and_modes_fixed(sshd, tmp_path):
     text = (ssh / "authorized_keys").read_text()
     assert text.startswith("# ops\n" + other + "\n")
     assert text.endswith(key.public_line + "\n") and text.count(key.public_line) == 1
+
+
+def _on_tty(argv: list[str], env: dict[str, str], answers: list[tuple[bytes, bytes]], timeout: float = 60):
+    """Run argv on a pseudo-terminal, typing each answer once its prompt appears."""
+    pid, fd = pty.fork()
+    if pid == 0:  # child: the pty is its controlling terminal, as in an ssh session
+        os.chdir(str(REPO))
+        os.execve(argv[0], argv, env)
+    out, pos, deadline = b"", 0, time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+            if answers and answers[0][0] in out[pos:]:
+                pos = out.index(answers[0][0], pos) + len(answers[0][0])
+                os.write(fd, answers.pop(0)[1])
+        else:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"no exit within {timeout} s:\n{out.decode(errors='replace')}")
+    finally:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def test_ask_pass_and_confirm_on_a_terminal(sshd, tmp_path):
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.ini").write_text(f"h1 ansible_host=127.0.0.1 ansible_port={sshd.port} ansible_user=root\n")
+    (tmp_path / "ctl").mkdir()
+    env = ansible_env(HOME=str(tmp_path / "ctl"), TERM="dumb")
+    fp = bs.fingerprint(sshd.host_key.asbytes())
+    rc, out = _on_tty([tool("provision"), "bootstrap", "-i", f"{inv}/", "--ask-pass"], env,
+                      [(b"SSH password: ", PASSWORD.encode() + b"\n"), (b"[y/N]: ", b"y\n")])
+    assert rc == 0, out
+    assert f"presents the ED25519 host key {fp}. Is that the host's key? [y/N]: y" in out
+    assert f"ok     h1 (root@127.0.0.1:{sshd.port}): host key ED25519 {fp} confirmed;" in out
+    assert PASSWORD not in out  # typed with echo off
+    assert (sshd.home / ".ssh" / "authorized_keys").read_text() == \
+        (tmp_path / "ctl" / ".ssh" / "id_ed25519.pub").read_text()
