@@ -94,7 +94,9 @@ class SSHD:
                 return
             transport = paramiko.Transport(conn)
             transport.add_server_key(self.host_key)
-            transport.start_server(server=_Server(self.home))
+            # with an event, start_server returns at once: negotiation runs in the transport's
+            # own thread (a client that hangs up after reading the host key ends only that one)
+            transport.start_server(event=threading.Event(), server=_Server(self.home))
             self.transports.append(transport)
 
     def close(self):
@@ -223,7 +225,7 @@ def test_ask_pass_and_confirm_on_a_terminal(sshd, tmp_path):
     env = ansible_env(HOME=str(tmp_path / "ctl"), TERM="dumb")
     fp = bs.fingerprint(sshd.host_key.asbytes())
     rc, out = _on_tty([tool("provision"), "bootstrap", "-i", f"{inv}/", "--ask-pass"], env,
-                      [(b"SSH password: ", PASSWORD.encode() + b"\n"), (b"[y/N]: ", b"y\n")])
+                      [(b"SSH password for root: ", PASSWORD.encode() + b"\n"), (b"[y/N]: ", b"y\n")])
     assert rc == 0, out
     assert f"presents the ED25519 host key {fp}. Is that the host's key? [y/N]: y" in out
     assert f"ok     h1 (root@127.0.0.1:{sshd.port}): host key ED25519 {fp} confirmed;" in out

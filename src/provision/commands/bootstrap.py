@@ -87,15 +87,18 @@ def _controller_keys(targets: list[core.Target], key_file: str | None, term: Ter
     return keys
 
 
-def _password(ask_pass: bool, password_file: str | None) -> str | None:
+def _check_password_options(ask_pass: bool, password_file: str | None) -> None:
     if ask_pass and password_file:
         raise click.UsageError("give --ask-pass or --password-file, not both")
+    if ask_pass and not sys.stdin.isatty():
+        raise click.UsageError("--ask-pass needs a terminal; use --password-file FILE (mode 0600)")
+
+
+def _password(ask_pass: bool, password_file: str | None, users: list[str]) -> str | None:
     if password_file:
         return core.read_password_file(password_file)
     if ask_pass:
-        if not sys.stdin.isatty():
-            raise click.UsageError("--ask-pass needs a terminal; use --password-file FILE (mode 0600)")
-        password = getpass.getpass("SSH password: ")
+        password = getpass.getpass(f"SSH password for {', '.join(users)}: ")
         if not password:
             raise click.UsageError("empty password")
         return password
@@ -162,7 +165,9 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
     term = Terminal(json_mode=json_mode)
     t0 = time.monotonic()
     try:
-        password = _password(ask_pass, password_file)
+        _check_password_options(ask_pass, password_file)
+        if password_file:
+            core.read_password_file(password_file)  # a loose file is refused before anything else
         inv_dir = core.inventory_dir(inventory)
         if inv_dir is None and "," not in inventory:
             raise click.UsageError(f"inventory {inventory} does not exist")
@@ -178,6 +183,7 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
             why = "; ".join(f"{h}: {w}" for h, w in skipped) or "the inventory has no hosts"
             raise click.UsageError(f"no SSH host to bootstrap in {inventory} ({why})")
         keys = _controller_keys(targets, key_file, term)
+        password = _password(ask_pass, password_file, sorted({t.user for t in targets}))
     except core.BootstrapError as exc:
         raise click.UsageError(str(exc)) from exc
 
