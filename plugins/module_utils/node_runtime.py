@@ -709,7 +709,8 @@ def check_landing(node, results):
 
 _NCCL_CAUSES = (
     (re.compile(r"failed to extend /dev/shm/\S+ to \d+ bytes|posix_fallocate failed\s*:\s*No space left"
-                r"|Error while creating shared memory segment|include/shm\.h.*No space left", re.I),
+                r"|Error while creating shared memory segment|include/shm\.h.*No space left"
+                r"|insufficient shared memory \(shm\)", re.I),
      "shm",
      "/dev/shm is too small or full for NCCL's shared-memory segments (64 MiB container default?)",
      "give the node a larger /dev/shm (node_runtime: docker/podman --shm-size=1g or more, --ipc=host; "
