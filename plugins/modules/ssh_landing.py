@@ -13,7 +13,7 @@ description:
     known_hosts, no host-key shortcuts), and reads back the identity the session sees
     (/etc/provision/node-id, hostname, boot_id, the IPv4 addresses on its interfaces).
   - Compares it with the identity Ansible gathered from that peer (M(provision.cluster.node_runtime)
-    writes the per-node token): the token must match, the peer's cluster address must be on the
+    writes the per-node token). The token must match, the peer's cluster address must be on the
     interfaces of the machine reached, the hostname must match. A container on the host network
     whose C(ssh node2) reaches the host's sshd, or a name that resolves to a sibling, fails
     naming the pair.
