@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from helpers import FIXTURES, REPO
+from helpers import REPO
 from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
 
 RT = REPO / "tests" / "fixtures" / "runtime"
