@@ -295,7 +295,7 @@ def detect_container(snap):
         runtime = "kubernetes"
     if env1.get("container"):
         evidence.append("container=%s in PID 1's environment" % env1["container"])
-        runtime = runtime or {"oci": None}.get(env1["container"], env1["container"])
+        runtime = runtime or env1["container"]
     cgroup_hit = None
     for path in ("/proc/1/cgroup", "/proc/self/cgroup"):
         for line in (files.get(path) or "").splitlines():
@@ -304,8 +304,8 @@ def detect_container(snap):
                     cgroup_hit = cgroup_hit or name
         if cgroup_hit:
             evidence.append("cgroup path in %s names %s" % (path, cgroup_hit))
-            if runtime in (None, "containerd") or (cgroup_hit == "kubernetes"):
-                runtime = cgroup_hit if runtime != "kubernetes" else runtime
+            if cgroup_hit == "kubernetes" or runtime is None:
+                runtime = cgroup_hit
             break
     if exists.get("/.dockerenv"):
         evidence.append("/.dockerenv")
