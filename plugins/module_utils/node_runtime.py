@@ -174,19 +174,6 @@ def parse_limits(text):
     return out
 
 
-def parse_ulimit_output(text):
-    """`ulimit -Sl; ulimit -Hl; ulimit -Sn; ulimit -Hn` (bash/dash; -l in KiB) -> limits dict."""
-    vals = [v.strip() for v in (text or "").split()]
-    if len(vals) < 4:
-        raise ValueError("expected 4 values from ulimit, got %r" % (text,))
-
-    def conv(v, mult):
-        return None if v == "unlimited" else int(v) * mult
-
-    return {"memlock": (conv(vals[0], KIB), conv(vals[1], KIB)),
-            "nofile": (conv(vals[2], 1), conv(vals[3], 1))}
-
-
 def parse_capeff(status_text):
     """/proc/<pid>/status -> the effective capability mask (int) or None."""
     m = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", status_text or "", re.M)
@@ -480,10 +467,15 @@ def container_fix(runtime, what, size=None, nofile=None):
     return "re-create the container with the runtime's equivalent of `%s`" % opts
 
 
-def _limit_fix(in_container, runtime, what, dropin, size=None, nofile=None):
-    if in_container:
-        return container_fix(runtime, what, size=size, nofile=nofile)
-    return "set node_runtime_manage_limits: true (writes %s) and log in again" % dropin
+def _limit_fix(in_container, runtime, what, dropin, nofile=None, manage=False, soft_only=False):
+    """The fix of a memlock/nofile shortfall: the run options where only the container runtime can
+    raise the hard limit, else the pam_limits drop-in (written by the role when it manages limits)."""
+    if in_container and not soft_only:
+        return container_fix(runtime, what, nofile=nofile)
+    what_file = ("the soft limit up to the hard one in %s" % dropin) if soft_only else dropin
+    if manage:
+        return "run the node_runtime stage (node_runtime_manage_limits writes %s), then log in again" % what_file
+    return "set node_runtime_manage_limits: true (writes %s) and log in again" % what_file
 
 
 def check_shm(shm, gpus, in_container, runtime, minimum=GIB, per_gpu=2 * GIB, manage=False,
@@ -521,7 +513,7 @@ def check_shm(shm, gpus, in_container, runtime, minimum=GIB, per_gpu=2 * GIB, ma
 
 
 def check_memlock(limits, rdma, in_container, runtime, capeff=None, require="auto",
-                  source="module", dropin="/etc/security/limits.d/90-provision.conf"):
+                  source="module", dropin="/etc/security/limits.d/90-provision.conf", manage=False):
     """memlock must be unlimited where RDMA devices exist (ibv_reg_mr pins NCCL's buffers).
 
     require: auto (only where /sys/class/infiniband lists devices), true, false. A session
@@ -550,12 +542,13 @@ def check_memlock(limits, rdma, in_container, runtime, capeff=None, require="aut
     return {"check": "memlock", "status": "fail",
             "detail": "memlock is %s (%s), need unlimited (%s): RDMA memory registration (ibv_reg_mr) fails"
                       % (shown, source, why),
-            "fix": _limit_fix(in_container, runtime, "memlock", dropin),
+            "fix": _limit_fix(in_container, runtime, "memlock", dropin, manage=manage,
+                              soft_only=in_container and hard is None),
             "measured": soft, "required": "unlimited"}
 
 
 def check_nofile(limits, minimum, in_container, runtime, source="module",
-                 dropin="/etc/security/limits.d/90-provision.conf"):
+                 dropin="/etc/security/limits.d/90-provision.conf", manage=False):
     if "nofile" not in limits:
         return {"check": "nofile", "status": "warn", "detail": "nofile could not be measured (%s)" % source,
                 "fix": "", "measured": None, "required": minimum}
@@ -564,15 +557,22 @@ def check_nofile(limits, minimum, in_container, runtime, source="module",
     if soft is None or soft >= minimum:
         return {"check": "nofile", "status": "pass", "detail": "nofile %s (%s); need >= %d" % (shown, source, minimum),
                 "fix": "", "measured": soft, "required": minimum}
-    if in_container and (hard is None or hard >= minimum):
-        fix = ("set node_runtime_manage_limits: true (raises the soft limit to %d in %s: the hard limit "
-               "allows it)" % (minimum, dropin))
-    else:
-        fix = _limit_fix(in_container, runtime, "nofile", dropin, nofile=minimum)
+    fix = _limit_fix(in_container, runtime, "nofile", dropin, nofile=minimum, manage=manage,
+                     soft_only=in_container and (hard is None or hard >= minimum))
     return {"check": "nofile", "status": "fail",
             "detail": "nofile is %s (%s), need >= %d: many-rank jobs and DataLoader workers fail with "
                       "'Too many open files'" % (shown, source, minimum),
             "fix": fix, "measured": soft, "required": minimum}
+
+
+def apply_container_policy(checks, in_container, policy):
+    """node_runtime_on_container_limit: warn turns the failures that only the container runtime can
+    fix (its run options, not our drop-in) into warnings. Changes checks in place and returns them."""
+    ours = ("run the node_runtime stage", "set node_runtime_")
+    for c in checks:
+        if policy == "warn" and in_container and c["status"] == "fail" and not c["fix"].startswith(ours):
+            c["status"] = "warn"
+    return checks
 
 
 def limits_dropin_lines(user, limits, in_container, min_nofile, memlock_unlimited, nr_open=None):

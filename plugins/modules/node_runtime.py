@@ -155,8 +155,8 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    check_memlock, check_nofile, check_shm, collect_snapshot, docker_size, fstab_with_shm,
-    limits_dropin_lines, node_identity, parse_capeff, parse_limits, parse_size, render_dropin,
+    apply_container_policy, check_memlock, check_nofile, check_shm, collect_snapshot, docker_size,
+    fstab_with_shm, limits_dropin_lines, node_identity, parse_capeff, parse_limits, parse_size, render_dropin,
     runtime_facts, validate_dropin,
 )
 
@@ -357,12 +357,11 @@ def main():
     checks = [
         check_shm(facts["shm"], gpus, in_container, runtime, shm_min, shm_per_gpu, p["manage_shm"],
                   facts["namespaces"]["host_ipc"]),
-        check_memlock(limits, facts["rdma"], in_container, runtime, capeff, require, source, p["limits_file"]),
-        check_nofile(limits, p["min_nofile"], in_container, runtime, source, p["limits_file"]),
+        check_memlock(limits, facts["rdma"], in_container, runtime, capeff, require, source, p["limits_file"],
+                      p["manage_limits"]),
+        check_nofile(limits, p["min_nofile"], in_container, runtime, source, p["limits_file"], p["manage_limits"]),
     ]
-    for c in checks:
-        if c["status"] == "fail" and in_container and p["on_container_limit"] == "warn" and "container" in c["fix"]:
-            c["status"] = "warn"
+    apply_container_policy(checks, in_container, p["on_container_limit"])
     result.update(checks=checks, limits=lim_json, dropin=[" ".join(x) for x in dropin],
                   ansible_facts={"node_runtime": facts})
     if not module._diff:

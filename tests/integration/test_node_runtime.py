@@ -23,14 +23,6 @@ FAULT_OPTIONS = ["--node-option", "2:--shm-size=64m", "--node-option", "2:--ulim
                  "--node-option", "2:--ulimit=nofile=1024:4096", "--node-option", "2:--ulimit=nproc=16384:16384"]
 
 
-def _inventory(tmp_path_factory, lab):
-    """An inventory naming this lab explicitly (lab.yml's lab_name would win over PROVISION_LAB_NAME)."""
-    inv = tmp_path_factory.mktemp("inv-" + lab)
-    (inv / "lab.yml").write_text("plugin: provision.cluster.lab\nlab_name: %s\n" % lab)
-    (inv / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
-    return inv
-
-
 def _addresses(lab):
     out = subprocess.run([tool("provision"), "lab", "status", "--name", lab, "--json"], cwd=REPO,
                          env=ansible_env(), capture_output=True, text=True, timeout=120, check=True).stdout
@@ -38,21 +30,20 @@ def _addresses(lab):
 
 
 @pytest.fixture(scope="module")
-def faulty(lab_factory, tmp_path_factory):
-    lab = lab_factory(FAULTY, nodes=2, options=FAULT_OPTIONS)
-    return lab, _inventory(tmp_path_factory, lab.name)
+def faulty(lab_factory):
+    return lab_factory(FAULTY, nodes=2, options=FAULT_OPTIONS)
 
 
 @pytest.fixture(scope="module")
-def healthy(lab_factory, tmp_path_factory):
+def healthy(lab_factory):
     lab = lab_factory(HEALTHY, nodes=2)
     build_mesh(lab.name, _addresses(lab.name))
-    return lab, _inventory(tmp_path_factory, lab.name)
+    return lab
 
 
 def test_faulty_node_fails_naming_node_limit_value_and_fix(faulty):
-    lab, inv = faulty
-    res = run_playbook(PLAYBOOK, lab_name=lab.name, inventory=inv, timeout=300,
+    lab = faulty
+    res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300,
                        extra_vars={"node_runtime_check_landing": False})
     assert res.rc != 0, res
     assert res.recap["node1"]["failed"] == 0 and res.recap["node2"]["failed"] == 1, res
@@ -65,10 +56,10 @@ def test_faulty_node_fails_naming_node_limit_value_and_fix(faulty):
 
 
 def test_verify_style_check_mode_reports_memlock_and_writes_nothing(faulty):
-    lab, inv = faulty
+    lab = faulty
     node_exec(lab.name, 2, "rm -f /etc/security/limits.d/90-provision.conf")
     proc = subprocess.run(
-        [tool("ansible"), "cluster", "-i", str(inv), "--check", "-m", "provision.cluster.node_runtime",
+        [tool("ansible"), "cluster", "-i", str(LAB_INVENTORY), "--check", "-m", "provision.cluster.node_runtime",
          "-a", "node_id={{ inventory_hostname }} require_memlock_unlimited=true manage_limits=true "
                "node_id_file=/etc/provision/verify-node-id"],
         cwd=REPO, env=ansible_env(lab.name, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json"),
@@ -87,10 +78,10 @@ def test_verify_style_check_mode_reports_memlock_and_writes_nothing(faulty):
 
 
 def test_fixes_what_a_container_allows_and_warns_for_the_rest(faulty):
-    lab, inv = faulty
+    lab = faulty
     extra = {"node_runtime_check_landing": False, "node_runtime_shm_min": "64m", "node_runtime_min_nofile": 2048,
              "node_runtime_require_memlock_unlimited": "true", "node_runtime_on_container_limit": "warn"}
-    res = run_playbook(PLAYBOOK, lab_name=lab.name, inventory=inv, timeout=300, extra_vars=extra)
+    res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300, extra_vars=extra)
     assert res.rc == 0, res
     assert "memlock is 64 KiB soft / 64 KiB hard" in res.stdout  # the warning names value and fix
     # nofile soft raised to the container's hard limit by the drop-in (pam_limits: soft <= hard)
@@ -101,25 +92,25 @@ def test_fixes_what_a_container_allows_and_warns_for_the_rest(faulty):
 
 
 def test_healthy_lab_passes_idempotently(healthy):
-    lab, inv = healthy
-    first = run_playbook(PLAYBOOK, lab_name=lab.name, inventory=inv, timeout=300, extra_args=["-v"])
+    lab = healthy
+    first = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300, extra_args=["-v"])
     assert first.rc == 0, first
     assert first.stdout.count("2 ssh names land on the nodes the inventory means") == 2, first
     assert first.stdout.count('"source": "ssh"') >= 2, first  # limits measured through the mesh
-    second = run_playbook(PLAYBOOK, lab_name=lab.name, inventory=inv, timeout=300)
+    second = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300)
     assert second.rc == 0 and second.changed == 0, second
     token = node_exec(lab.name, 1, "cat /etc/provision/node-id").stdout.split()
     assert token[0] == "node1" and len(token[1]) == 32
 
 
 def test_landing_fails_when_a_name_points_at_the_wrong_node(healthy):
-    lab, inv = healthy
+    lab = healthy
     addr1 = _addresses(lab.name)["node1"]
     node_exec(lab.name, 1, "cp /root/.ssh/config /root/.ssh/config.rt-good && "
                            "{ printf 'Host node2\\n  HostName %s\\n  Port 2222\\n'; cat /root/.ssh/config.rt-good; } "
                            "> /root/.ssh/config" % addr1)
     try:
-        res = run_playbook(PLAYBOOK, lab_name=lab.name, inventory=inv, timeout=300)
+        res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300)
     finally:
         node_exec(lab.name, 1, "mv /root/.ssh/config.rt-good /root/.ssh/config")
     assert res.rc != 0, res

@@ -40,13 +40,6 @@ def test_parse_capeff_lacks_ipc_lock_in_podman_default():
     assert cap is not None and not cap & (1 << nr.CAP_IPC_LOCK)
 
 
-def test_parse_ulimit_output():
-    assert nr.parse_ulimit_output("64\n64\n1024\n4096\n") == {"memlock": (65536, 65536), "nofile": (1024, 4096)}
-    assert nr.parse_ulimit_output("unlimited unlimited 1048576 1048576")["memlock"] == (None, None)
-    with pytest.raises(ValueError):
-        nr.parse_ulimit_output("64")
-
-
 def test_parse_environ_nul_and_lines(fixtures_dir):
     env1 = nr.parse_environ(snap(HEALTHY)["files"]["/proc/1/environ"])
     assert env1["container"] == "podman" and env1["HOSTNAME"] == "node1"
@@ -208,6 +201,18 @@ def test_check_nofile_rules():
     assert soft_only["status"] == "fail" and "node_runtime_manage_limits" in soft_only["fix"]
     healthy = nr.parse_limits(snap(HEALTHY)["files"]["/proc/self/limits"])
     assert nr.check_nofile(healthy, 16384, True, "podman")["status"] == "pass"
+
+
+def test_container_policy_warns_only_for_runtime_fixes():
+    lim = nr.parse_limits(snap(LOWLIM)["files"]["/proc/self/limits"])
+    shm = nr.runtime_facts(snap(SHM64))["shm"]
+    checks = [nr.check_shm(shm, 0, True, "kubernetes"), nr.check_nofile(lim, 2048, True, "podman", manage=True),
+              nr.check_nofile(lim, 16384, True, "podman")]
+    assert [c["status"] for c in nr.apply_container_policy(checks, True, "warn")] == ["warn", "fail", "warn"]
+    assert checks[1]["fix"].startswith("run the node_runtime stage (node_runtime_manage_limits writes the soft limit")
+    again = [nr.check_nofile(lim, 16384, True, "podman")]
+    assert nr.apply_container_policy(again, True, "fail")[0]["status"] == "fail"
+    assert nr.apply_container_policy(again, False, "warn")[0]["status"] == "fail"
 
 
 def test_dropin_container_only_raises_soft_to_hard():
