@@ -351,7 +351,6 @@ def main():
     facts["gpus_for_rules"] = gpus
     ident = node_identity(snap, token)
     ident.update({"name": p["node_id"], "address": p["cluster_address"]})
-    ident["aliases"] = [n for n in dict.fromkeys([p["node_id"], ident["hostname"]]) if n]
     facts["identity"] = ident
 
     checks = [

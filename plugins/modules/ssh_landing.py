@@ -32,11 +32,18 @@ options:
   peers:
     description:
       - Identities of the nodes, as M(provision.cluster.node_runtime) returns them in
-        C(node_runtime.identity), C(name), C(aliases) (names to ssh to), C(address),
-        C(hostname), C(token).
+        C(node_runtime.identity), C(name), C(address), C(hostname), C(token).
     type: list
     elements: dict
     required: true
+  names:
+    description:
+      - Which names of each peer to ssh to, C(inventory) (its inventory name), C(hostname), C(address)
+        (its cluster address). The ssh mesh makes the first two; launchers' hostfiles use them.
+    type: list
+    elements: str
+    choices: [inventory, hostname, address]
+    default: [inventory, hostname]
   timeout:
     description: Seconds for each ssh connection (ConnectTimeout; the whole call is bounded by twice that).
     type: int
@@ -109,6 +116,8 @@ def main():
             node=dict(type="str", required=True),
             user=dict(type="str", default="root"),
             peers=dict(type="list", elements="dict", required=True),
+            names=dict(type="list", elements="str", default=["inventory", "hostname"],
+                       choices=["inventory", "hostname", "address"]),
             timeout=dict(type="int", default=10),
             fail_on_check=dict(type="bool", default=False),
         ),
@@ -121,8 +130,9 @@ def main():
     else:
         ssh_argv = [module.get_bin_path("runuser", required=True), "-u", p["user"], "--", ssh]
     jobs = []
+    field = {"inventory": "name", "hostname": "hostname", "address": "address"}
     for peer in p["peers"]:
-        for alias in dict.fromkeys(peer.get("aliases") or [peer.get("name")]):
+        for alias in dict.fromkeys(peer.get(field[n]) for n in p["names"]):
             if alias:
                 jobs.append((alias, peer))
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:

@@ -93,10 +93,14 @@ def test_fixes_what_a_container_allows_and_warns_for_the_rest(faulty):
 
 def test_healthy_lab_passes_idempotently(healthy):
     lab = healthy
+    # what pdsh/DeepSpeed ranks get before the role: pam_limits' own default (1024 soft on this image)
+    before = node_exec(lab.name, 1, "ssh -o BatchMode=yes node2 'ulimit -Sn'").stdout.strip()
     first = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300, extra_args=["-v"])
     assert first.rc == 0, first
     assert first.stdout.count("2 ssh names land on the nodes the inventory means") == 2, first
     assert first.stdout.count('"source": "ssh"') >= 2, first  # limits measured through the mesh
+    after = node_exec(lab.name, 1, "ssh -o BatchMode=yes node2 'ulimit -Sn'").stdout.strip()
+    assert after == "16384", "ssh session soft nofile %s before the role, %s after" % (before, after)
     second = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300)
     assert second.rc == 0 and second.changed == 0, second
     token = node_exec(lab.name, 1, "cat /etc/provision/node-id").stdout.split()
