@@ -65,12 +65,14 @@ def _read(path, limit=1 << 20):
         return handle.read(limit).decode("utf-8", "replace")
 
 
-def collect_snapshot(root="/", ldconfig_output=None, lib_dirs=DRIVER_LIB_DIRS):
+def collect_snapshot(ldconfig_output=None, lib_dirs=DRIVER_LIB_DIRS, root="/"):
     """Read everything the parsers need from a live node (no extra tools).
 
     Returns {"files": {path: text|None}, "errors": {path: str}, "links": {path: target|None},
     "exists": {path: bool}, "dirs": {path: [names]|None}, "statvfs": {"/dev/shm": {...}|None},
-    "ldconfig": text|None, "lib_dirs": {dir: [driver lib names]}}.
+    "ldconfig": text|None, "lib_dirs": {dir: [driver lib names]}}. root: read another tree
+    (a chroot, a mounted image). PID 1's environment is read for a few variables only
+    (container, KUBERNETES_SERVICE_HOST, NVIDIA_VISIBLE_DEVICES); the snapshot is never returned.
     """
     def p(path):
         return os.path.join(root, path.lstrip("/"))

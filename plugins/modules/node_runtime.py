@@ -150,6 +150,8 @@ dropin:
 """
 
 import os
+import pwd
+import shlex
 import subprocess
 import uuid
 
@@ -165,14 +167,11 @@ MEASURE = "cat /proc/self/limits /proc/self/status"
 
 def _as_user(module, user, argv):
     """argv run as user (root runs it directly when user is root)."""
-    import pwd
-
     if pwd.getpwuid(os.getuid()).pw_name == user:
         return argv
     runuser = module.get_bin_path("runuser") or module.get_bin_path("su")
     if runuser and runuser.endswith("runuser"):
         return [runuser, "-u", user, "--"] + argv
-    import shlex
     return [runuser, "-s", "/bin/sh", user, "-c", " ".join(shlex.quote(a) for a in argv)]
 
 

@@ -323,3 +323,16 @@ def test_explain_ignores_other_failures(fixtures_dir):
     assert failures
     for log in failures + [fixtures_dir / "h100-node" / "nccl-debug-info-1rank-socket.log"]:
         assert nr.explain_nccl_resource_error(log.read_text()) is None, log.name
+
+
+def test_collect_snapshot_on_this_machine_and_a_tree(tmp_path):
+    live = nr.collect_snapshot()
+    assert "nofile" in nr.parse_limits(live["files"]["/proc/self/limits"])
+    assert live["statvfs"]["/dev/shm"]["f_blocks"] > 0
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch()
+    (tmp_path / "dev" / "null").touch()
+    (tmp_path / ".dockerenv").touch()
+    tree = nr.collect_snapshot(root=str(tmp_path))
+    assert tree["dirs"]["/dev"] == ["nvidia0"] and tree["exists"]["/.dockerenv"] is True
+    assert tree["files"]["/proc/self/limits"] is None and tree["errors"]["/proc/self/limits"]
