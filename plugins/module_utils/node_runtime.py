@@ -501,9 +501,9 @@ def check_shm(shm, gpus, in_container, runtime, minimum=GIB, per_gpu=2 * GIB, ma
         return {"check": "shm", "status": "fail",
                 "detail": "/dev/shm is %s, need >= %s (%s)" % (human(size), human(need), rule),
                 "fix": fix, "measured": size, "required": need}
-    if free is not None and free < need:
+    if free is not None and free < need // 2:
         return {"check": "shm", "status": "warn",
-                "detail": "/dev/shm is %s but only %s free, need %s free: stale segments of a dead run?"
+                "detail": "/dev/shm is %s but only %s free (< half of the %s needed): stale segments of a dead run?"
                           % (human(size), human(free), human(need)),
                 "fix": "remove stale files: ls -la /dev/shm; rm /dev/shm/nccl-* /dev/shm/torch_* of dead runs",
                 "measured": free, "required": need}

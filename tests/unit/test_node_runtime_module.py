@@ -4,8 +4,12 @@ connection; every file it writes is redirected into tmp_path (limits_source=modu
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from helpers import REPO, ansible_env, tool
 from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
@@ -57,3 +61,22 @@ def test_min_nofile_above_nr_open_fails_in_one_line(tmp_path):
     assert res["failed"] is True
     assert res["msg"].startswith("node_runtime_min_nofile 99999999 exceeds fs.nr_open")
     assert not (tmp_path / "90-provision.conf").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_manage_shm_remounts_in_a_private_mount_namespace(tmp_path):
+    """A 64 MiB tmpfs on /dev/shm in a private mount namespace (this machine's stays as it is):
+    manage_shm remounts it to the rule's size and records it in (a copy of) fstab."""
+    (tmp_path / "fstab").write_text("# test fstab\n")
+    module = ("%s localhost -c local -i localhost, -e ansible_python_interpreter=%s -m provision.cluster.node_runtime "
+              "-a 'manage_shm=true container=false fstab=%s/fstab limits_source=module shm_min=256m'"
+              % (tool("ansible"), sys.executable, tmp_path))
+    script = "mount -t tmpfs -o size=64m tmpfs /dev/shm && %s >/dev/null; %s; df -B1 --output=size /dev/shm | tail -1" \
+        % (module, module.replace("localhost -c local", "localhost -o -c local"))
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], cwd=REPO,
+                          env=ansible_env(), capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1].strip() == str(256 * 1024 * 1024), proc.stdout
+    assert "SUCCESS" in proc.stdout and "CHANGED" not in proc.stdout  # the second run changes nothing
+    assert (tmp_path / "fstab").read_text() == "# test fstab\ntmpfs\t/dev/shm\ttmpfs\tdefaults,nosuid,nodev,size=256m\t0\t0\n"
