@@ -1,5 +1,6 @@
 """node_runtime on real lab containers: faults built with `provision lab up` options, a healthy lab,
-idempotence, and the ssh landing check with a name that points at the wrong node."""
+idempotence, and the ssh landing check (over the real sshd + ssh_mesh stages) with a name that
+points at the wrong node."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import subprocess
 import pytest
 
 from helpers import LAB_INVENTORY, REPO, ansible_env, node_exec, run_playbook, tool
-from runtime_mesh import build_mesh
 
 pytestmark = pytest.mark.lab
 
@@ -36,8 +36,11 @@ def faulty(lab_factory):
 
 @pytest.fixture(scope="module")
 def healthy(lab_factory):
+    """A lab with the real sshd and ssh_mesh stages (site.yml's order: they run before node_runtime)."""
     lab = lab_factory(HEALTHY, nodes=2)
-    build_mesh(lab.name, _addresses(lab.name))
+    for stage in ("playbooks/sshd.yml", "playbooks/ssh_mesh.yml"):
+        res = run_playbook(stage, lab_name=lab.name, timeout=600)
+        assert res.rc == 0, res
     return lab
 
 
