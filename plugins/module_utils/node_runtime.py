@@ -437,14 +437,6 @@ def _fmt_limit(value, unit_bytes=False):
     return human(value) if unit_bytes else str(value)
 
 
-RUN_OPTION = {
-    "shm": "--shm-size={size}",
-    "ipc": "--ipc=host",
-    "memlock": "--ulimit memlock=-1:-1 --cap-add IPC_LOCK",
-    "nofile": "--ulimit nofile={n}:{n}",
-}
-
-
 def container_fix(runtime, what, size=None, nofile=None):
     """The exact run options that fix `what` (shm|memlock|nofile) for that container runtime."""
     if runtime == "kubernetes":
@@ -494,7 +486,7 @@ def check_shm(shm, gpus, in_container, runtime, minimum=GIB, per_gpu=2 * GIB, ma
         if in_container:
             fix = container_fix(runtime, "shm", size=need)
         elif manage:
-            fix = "rerun the node_runtime stage (node_runtime_manage_shm: true remounts it)"
+            fix = "run the node_runtime stage (node_runtime_manage_shm: true remounts it)"
         else:
             fix = ("set node_runtime_manage_shm: true, or `mount -o remount,size=%s /dev/shm` and "
                    "size=%s on the /dev/shm line of /etc/fstab" % (docker_size(need), docker_size(need)))
