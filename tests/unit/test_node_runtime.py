@@ -187,7 +187,11 @@ def test_check_memlock_rules():
     rdma = {"devices": ["mlx5_0"], "present": True}
     bare = nr.check_memlock(lim, rdma, False, None, cap)
     assert bare["status"] == "fail" and "mlx5_0" in bare["detail"] and DROPIN in bare["fix"]
-    assert nr.check_memlock(lim, rdma, True, "podman", cap | (1 << nr.CAP_IPC_LOCK))["status"] == "pass"
+    lock = snap("podman-ipc-lock-only")  # --cap-add IPC_LOCK, memlock still 8 MiB
+    lock_lim = nr.parse_limits(lock["files"]["/proc/self/limits"])
+    lock_cap = nr.parse_capeff(lock["files"]["/proc/self/status"])
+    passed = nr.check_memlock(lock_lim, rdma, True, "podman", lock_cap)
+    assert passed["status"] == "pass" and "CAP_IPC_LOCK" in passed["detail"] and lock_lim["memlock"][0] == 8 * nr.MIB
     assert nr.check_memlock({"memlock": (None, None)}, rdma, True, "podman")["status"] == "pass"
     assert "IPC_LOCK" in nr.check_memlock(lim, rdma, True, "kubernetes")["fix"]
 
