@@ -316,6 +316,7 @@ def test_identity_from_snapshot():
     ("torch-dataloader-bus-error.txt", "shm"),
     ("nccl-shm-attach-missing.log", "ipc"),
     ("nccl-ibv-reg-mr.log", "memlock"),
+    ("python-emfile-sockets.txt", "nofile"),
 ])
 def test_explain_nccl_resource_error(name, cause):
     got = nr.explain_nccl_resource_error((RT / "errors" / name).read_text())
