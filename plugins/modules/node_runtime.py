@@ -321,7 +321,12 @@ def main():
         header = ("# Managed by provision (role node_runtime, module provision.cluster.node_runtime).\n"
                   "# Limits for the training user's sessions (pam_limits). Changes here are overwritten.\n")
         content = render_dropin(dropin, header) if dropin else None
-        if write_file(module, p["limits_file"], content, 0o644, result, validate=validate_dropin if content else None):
+        try:
+            wrote = write_file(module, p["limits_file"], content, 0o644, result,
+                               validate=validate_dropin if content else None)
+        except (ValueError, OSError) as exc:
+            module.fail_json(msg="%s: %s" % (p["limits_file"], exc), changed=result["changed"])
+        if wrote:
             result["changed"] = True
             if not module.check_mode:
                 limits, capeff, source, notes = measure_limits(module, p)
