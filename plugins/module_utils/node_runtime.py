@@ -261,16 +261,27 @@ _CGROUP_RUNTIMES = (
 )
 
 
+# The overlay root filesystem's lowerdir/upperdir name the runtime's image store. This holds when
+# the container shares the host's pid namespace (--pid=host) and cgroup paths say nothing (cgroup v2
+# with a private cgroup namespace shows "0::/").
+_ROOTFS_RUNTIMES = (
+    (re.compile(r"/var/lib/docker/"), "docker"),
+    (re.compile(r"/containers/storage/"), "podman/cri-o"),
+    (re.compile(r"containerd"), "containerd"),
+)
+
+
 def detect_container(snap):
     """Is this node a container, and of which runtime? -> {container, runtime, evidence}.
 
     Evidence, strongest first: podman's /run/.containerenv, Kubernetes' service env in PID 1's
     environment, the `container=` variable runtimes set for PID 1, the cgroup path of PID 1
-    and of this process, docker's /.dockerenv. A marker file alone is not proof: a VM booted
-    from an exported image keeps /.dockerenv (seen on this project's own controller, see
-    tests/fixtures/runtime/README.md). When the process shares the host's PID and mount view
-    (kthreadd visible as PID 2, the initial pid namespace) and no cgroup path names a
-    runtime, markers are reported as stale and the node counts as a VM/bare metal.
+    and of this process, the root filesystem being an overlay in a runtime's image store,
+    docker's /.dockerenv. A marker file alone is not proof: a VM booted from an exported image
+    keeps /.dockerenv (seen on this project's own controller, see tests/fixtures/runtime/README.md).
+    When the process sees the host's pid namespace (kthreadd as PID 2, the initial pid
+    namespace inode) and neither cgroup paths nor the root filesystem name a runtime, markers
+    are reported as stale and the node counts as a VM/bare metal.
     """
     files, exists = snap.get("files", {}), snap.get("exists", {})
     evidence = []
@@ -296,11 +307,21 @@ def detect_container(snap):
             if cgroup_hit == "kubernetes" or runtime is None:
                 runtime = cgroup_hit
             break
+    root = parse_mountinfo(files.get("/proc/self/mountinfo"), "/")
+    rootfs_hit = None
+    if root and root["fstype"] == "overlay":
+        for pattern, name in _ROOTFS_RUNTIMES:
+            if pattern.search(root["options"]):
+                rootfs_hit = name
+                break
+    if rootfs_hit:
+        evidence.append("root filesystem is an overlay in %s's storage" % rootfs_hit)
+        runtime = runtime or rootfs_hit.split("/")[0]
     if exists.get("/.dockerenv"):
         evidence.append("/.dockerenv")
         runtime = runtime or "docker"
     ns = detect_namespaces(snap)
-    stale = bool(evidence) and ns["host_pid"] is True and not cgroup_hit and \
+    stale = bool(evidence) and ns["host_pid"] is True and not cgroup_hit and not rootfs_hit and \
         not env1.get("container") and not env1.get("KUBERNETES_SERVICE_HOST")
     if stale:
         return {"container": False, "runtime": None,

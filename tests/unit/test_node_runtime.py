@@ -106,6 +106,17 @@ def test_vm_with_stale_dockerenv_is_not_a_container():
     assert facts["pid1"] == "process_api" and facts["systemd"] is False
 
 
+def test_pid_host_container_on_cgroup_v2_still_a_container():
+    """--pid=host with a private cgroup namespace ("0::/"): the overlay root names the image store."""
+    s = snap(IPC_PID_HOST)
+    s["files"]["/proc/self/cgroup"] = "0::/\n"
+    s["files"]["/proc/1/cgroup"] = None
+    s["exists"]["/run/.containerenv"] = False
+    got = nr.detect_container(s)
+    assert got["container"] is True and got["runtime"] == "podman"
+    assert "root filesystem is an overlay in podman/cri-o's storage" in got["evidence"]
+
+
 def test_kubernetes_env_and_cgroup_win():
     s = snap(HEALTHY)
     s["files"]["/proc/1/environ"] = "PATH=/bin\0KUBERNETES_SERVICE_HOST=10.96.0.1\0"
