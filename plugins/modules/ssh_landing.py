@@ -59,7 +59,7 @@ EXAMPLES = r"""
   provision.cluster.ssh_landing:
     node: "{{ inventory_hostname }}"
     user: "{{ cluster_user | default('root') }}"
-    peers: "{{ groups['cluster'] | map('extract', hostvars) | selectattr('node_runtime', 'defined')
+    peers: "{{ ansible_play_hosts | map('extract', hostvars) | selectattr('node_runtime', 'defined')
                | map(attribute='node_runtime.identity') | list }}"
     fail_on_check: true
 """
