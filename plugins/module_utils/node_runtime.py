@@ -684,8 +684,13 @@ def token_name(token):
 def landing_verdict(alias, expected, reported):
     """Did `ssh alias` land in `expected` (identity of the inventory node)? -> (ok, reason)."""
     problems = []
-    if expected.get("token") and reported.get("token") != expected["token"]:
-        got = token_name(reported.get("token")) or "a machine without /etc/provision/node-id (the host?)"
+    got = token_name(reported.get("token")) or "a machine without /etc/provision/node-id (the host?)"
+    if expected.get("token"):
+        if reported.get("token") != expected["token"]:
+            problems.append("node-id is %s" % got if token_name(reported.get("token")) != expected.get("name")
+                            else "node-id nonce differs (a copy of %s's image?)" % expected.get("name"))
+    elif reported.get("token") and token_name(reported["token"]) != expected.get("name"):
+        # no gathered token (verify without node_runtime facts): the name in the token still tells
         problems.append("node-id is %s" % got)
     addr = expected.get("address")
     if addr and addr not in (reported.get("addresses") or []):

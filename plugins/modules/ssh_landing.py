@@ -33,6 +33,8 @@ options:
     description:
       - Identities of the nodes, as M(provision.cluster.node_runtime) returns them in
         C(node_runtime.identity), C(name), C(address), C(hostname), C(token).
+      - C(name) and C(address) suffice (inventory only, e.g. under the free strategy); then the
+        inventory name in the peer's node-id file is compared instead of the whole token.
     type: list
     elements: dict
     required: true

@@ -291,6 +291,18 @@ def test_landing_ok_and_wrong_node():
     assert ok["boot_id"] == wrong["boot_id"]
 
 
+def test_landing_with_inventory_only_peers():
+    ok = nr.parse_landing_report((RT / "landing-node1-to-node2-ok.txt").read_text())
+    wrong = nr.parse_landing_report((RT / "landing-node1-to-node2-wrong-node1.txt").read_text())
+    peer = {"name": "node2", "address": "10.89.231.12"}
+    assert nr.landing_verdict("node2", peer, ok) == (True, "")
+    good, reason = nr.landing_verdict("node2", peer, wrong)
+    assert not good and "node-id is node1" in reason and "10.89.231.12 is not on its interfaces" in reason
+    copied = dict(ok, token="node2 0000")  # same name, other nonce: a sibling made from node2's image
+    good, reason = nr.landing_verdict("node2", dict(peer, token=ok["token"]), copied)
+    assert not good and "nonce differs" in reason
+
+
 def test_landing_on_host_without_token():
     wrong = nr.parse_landing_report((RT / "landing-node1-to-node2-wrong-node1.txt").read_text())
     wrong = dict(wrong, token="", hostname="node2")
