@@ -93,6 +93,25 @@ def test_sshd_killed_is_brought_back(lab):
     assert again.rc == 0 and again.changed == 0, again
 
 
+def listener_pid(node):
+    return node_exec(LAB, node, "python3 -c 'import json; print(json.load(open(\"/run/provision-sshd.json\"))[\"pid\"])'"
+                     ).stdout.strip()
+
+
+def test_sshd_restarted_only_when_its_config_changes(lab):
+    before = listener_pid(2)
+    changed = stages(lab, "--tags", "sshd", "-e", json.dumps({"sshd_extra_settings": {"ClientAliveInterval": 30}}))
+    assert changed.rc == 0 and changed.recap["node2"]["changed"] == 1, changed
+    assert listener_pid(2) != before
+    assert "clientaliveinterval 30" in node_exec(LAB, 2, "sshd -T").stdout
+    node_exec(LAB, 1, "ssh node2 true")
+    back = stages(lab, "--tags", "sshd")  # over SSH through the sshd it restarts
+    assert back.rc == 0 and back.recap["node2"]["changed"] == 1, back
+    pid = listener_pid(2)
+    same = stages(lab, "--tags", "sshd")
+    assert same.rc == 0 and same.changed == 0 and listener_pid(2) == pid, same
+
+
 def test_rebuilt_node_host_keys_are_replaced(lab):
     node_exec(LAB, 2, "rm -f /etc/ssh/ssh_host_*; ssh-keygen -A >/dev/null; pkill -HUP -x sshd; sleep 1")
     err = node_exec(LAB, 1, "ssh node2 true", check=False)
