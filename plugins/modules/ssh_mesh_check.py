@@ -41,6 +41,12 @@ options:
     description: Overall limit for the whole row, seconds; cells still running then are C(timeout).
     type: int
     default: 20
+  retries:
+    description:
+      - How many more times a cell that timed out is tried (within O(timeout)); other errors are
+        not retried (they do not go away by themselves).
+    type: int
+    default: 1
   command:
     description: Remote command; its output must be the target's hostname when that is known.
     type: str
@@ -79,7 +85,8 @@ row:
       type: str
       sample: "root@10.89.77.12: Permission denied (publickey)."
     fix: {description: What to do., type: str}
-    seconds: {description: How long the cell took., type: float}
+    seconds: {description: How long the cell took (all attempts)., type: float}
+    attempts: {description: How many ssh calls the cell took (more than 1 after a retried timeout)., type: int}
     line: {description: One line for a message., type: str, sample: "node1 -> node2: permission_denied: ..."}
 cells:
   description: target -> C(ok) or the error class (a compact matrix row).
@@ -104,6 +111,18 @@ from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import 
 
 
 def run_cell(ssh, target, expect, p, deadline, popen_user):
+    """One cell; a timeout (an overloaded node, a slow banner) is tried again while time is left."""
+    cell = attempt(ssh, target, expect, p, deadline, popen_user)
+    for n in range(p["retries"]):
+        if cell["error"] != "timeout" or deadline - time.monotonic() <= p["connect_timeout"]:
+            break
+        spent = cell["seconds"]
+        cell = attempt(ssh, target, expect, p, deadline, popen_user)
+        cell.update(seconds=round(cell["seconds"] + spent, 3), attempts=n + 2)
+    return cell
+
+
+def attempt(ssh, target, expect, p, deadline, popen_user):
     start = time.monotonic()
     argv = [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % p["connect_timeout"],
             "-o", "ConnectionAttempts=1", target, p["command"]]
@@ -118,7 +137,7 @@ def run_cell(ssh, target, expect, p, deadline, popen_user):
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
     cell = {"source": p["source"], "target": target, "ok": False, "error": "", "detail": "", "fix": "",
-            "seconds": round(time.monotonic() - start, 3)}
+            "seconds": round(time.monotonic() - start, 3), "attempts": 1}
     answer = out.strip().splitlines()[-1].strip() if out.strip() else ""
     if rc == 0 and not timed_out:
         if expect and p["command"] == "hostname" and answer.split(".")[0] != expect.split(".")[0]:
@@ -144,6 +163,7 @@ def main():
             connect_timeout=dict(type="int", default=5),
             timeout=dict(type="int", default=20),
             command=dict(type="str", default="hostname"),
+            retries=dict(type="int", default=1),
         ),
         supports_check_mode=True,
     )
