@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 
 def parse_sshd_T(text):
@@ -90,3 +91,18 @@ def plan_systemd(unit, active, enabled, socket_active, config_changed):
         # sshd re-executes itself on SIGHUP and binds the new ports; sessions stay up
         cmds.append(["systemctl", "reload", unit])
     return cmds
+
+
+PAM_LOGINUID = re.compile(r"^(\s*session\s+)required(\s+pam_loginuid\.so\b.*)$", re.M)
+
+
+def pam_loginuid_optional(text):
+    """/etc/pam.d/sshd with pam_loginuid made optional (None when nothing to change).
+
+    Without systemd we start sshd ourselves, and when that happens from an SSH session the new
+    sshd inherits that session's loginuid (0). A container lacks CAP_AUDIT_CONTROL, so
+    pam_loginuid then cannot set another user's loginuid and, being `required`, ends every
+    non-root session (exit 254). Root keeps working, which hides it.
+    """
+    new = PAM_LOGINUID.sub(r"\1optional\2", text)
+    return None if new == text else new

@@ -59,6 +59,13 @@ options:
     description: Where the digest of the configuration sshd was started with is kept.
     type: path
     default: /run/provision-sshd.json
+  pam_file:
+    description:
+      - C(direct) mode only. In it C(pam_loginuid) is made C(optional) - an sshd started from an
+        SSH session inherits its loginuid, and in a container (no CAP_AUDIT_CONTROL) a
+        C(required) pam_loginuid then ends every non-root session with exit 254.
+    type: path
+    default: /etc/pam.d/sshd
   timeout:
     description: Seconds to wait for sshd to listen (and for an old one to exit).
     type: int
@@ -110,6 +117,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.ports import por
 from ansible_collections.provision.cluster.plugins.module_utils.sshd import (
     config_digest,
     effective_problems,
+    pam_loginuid_optional,
     parse_sshd_T,
     plan_direct,
     plan_systemd,
@@ -260,6 +268,7 @@ def main():
             expect=dict(type="dict", default={}),
             state_file=dict(type="path", default="/run/provision-sshd.json"),
             timeout=dict(type="int", default=15),
+            pam_file=dict(type="path", default="/etc/pam.d/sshd"),
         ),
         supports_check_mode=True,
     )
@@ -293,6 +302,15 @@ def main():
         result["diff"] = diff
     checks_ok = True
     if mode == "direct":
+        pam = _read(p["pam_file"])
+        new_pam = pam_loginuid_optional(pam) if pam else None
+        if new_pam is not None:
+            result["changed"] = result["pam_loginuid_optional"] = True
+            if not module.check_mode:
+                tmp = p["pam_file"] + ".provision-tmp"
+                with open(tmp, "w", encoding="utf-8") as handle:
+                    handle.write(new_pam)
+                module.atomic_move(tmp, p["pam_file"])
         plan = plan_direct(s.reports(), state, digest, SSHD_NAMES)
         if config_changed and plan["action"] == "none":
             plan = dict(plan, action="restart", reason="configuration changed")

@@ -174,3 +174,11 @@ def test_as_user():
     if os.getuid() == 0:
         kwargs, err = ssh_mesh.as_user("nobody")
         assert err is None and kwargs["user"] == pwd.getpwnam("nobody").pw_uid
+
+
+def test_pam_loginuid_made_optional_on_real_debian_file():
+    text = (OURS / "debian12-pam.d-sshd.txt").read_text()
+    new = sshd.pam_loginuid_optional(text)
+    assert "session    optional     pam_loginuid.so" in new
+    assert new.replace("optional     pam_loginuid", "required     pam_loginuid") == text
+    assert sshd.pam_loginuid_optional(new) is None
