@@ -605,12 +605,12 @@ def probe_checks(host, decision, results):
             checks.append({"check": name, "status": "pass",
                            "detail": "%s via %s (%s): %s" % (host, ifname, peer.get("source"), detail), "fix": ""})
         else:
-            line = "%s -> %s: %s via %s (%s) cannot reach %s: %s" % (
-                host, peer["name"], host, ifname, peer.get("source"), peer["ip"], detail)
+            fix = ("check the network/firewall between %s and %s, or set nccl_net_socket_ifname / "
+                   "cluster_address" % (host, peer["name"]))
+            line = "%s -> %s: %s via %s (%s) cannot reach %s at %s (%s); fix: %s" % (
+                host, peer["name"], host, ifname, peer.get("source"), peer["name"], peer["ip"], detail, fix)
             errors.append(line)
-            checks.append({"check": name, "status": "fail", "detail": line,
-                           "fix": "check the cluster network/firewall between %s and %s, or set "
-                                  "nccl_net_socket_ifname / cluster_address" % (host, peer["name"])})
+            checks.append({"check": name, "status": "fail", "detail": line.split("; fix: ")[0], "fix": fix})
     return checks, errors
 
 

@@ -224,7 +224,8 @@ def main():
         errors=errors,
     )
     if errors and p["fail_on_error"]:
-        module.fail_json(msg="%s: %s" % (host, errors[0]), **result)
+        msg = errors[0] if errors[0].startswith(host) else "%s: %s" % (host, errors[0])
+        module.fail_json(msg=msg, **result)
     module.exit_json(**result)
 
 

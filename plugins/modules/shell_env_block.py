@@ -92,7 +92,7 @@ deepspeed_env:
   description: The DeepSpeed environment file managed (empty when not managed).
   returned: always
   type: str
-skipped:
+deepspeed_skipped:
   description: Variables left out of ~/.deepspeed_env because their value would need quoting.
   returned: always
   type: list
@@ -205,7 +205,7 @@ def main():
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=changed, diff=diff, block=block, bashrc=bashrc, where=where,
-                     deepspeed_env=ds_path, skipped=skipped, checks=checks)
+                     deepspeed_env=ds_path, deepspeed_skipped=skipped, checks=checks)
 
 
 if __name__ == "__main__":
