@@ -1,0 +1,151 @@
+"""nccl_net + shell_env in real labs (full and minimal images), proven the way launchers see it:
+non-interactive `ssh <peer> printenv VAR` from every node through a real sshd."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import uuid
+
+import pytest
+from helpers import REPO, PlaybookResult, ansible_env, node_exec, run_playbook, tool
+
+from ansible_collections.provision.cluster.plugins.module_utils import bashrc as br
+
+pytestmark = pytest.mark.lab
+
+SSHD_PORT = 2222
+STAGES = ["playbooks/preflight.yml", "playbooks/nccl_net.yml", "playbooks/shell_env.yml"]
+EXTRA = {"shell_env_extra_vars": {"PROVISION_TEST": "it works", "QUOTED": "a'b $c"}}
+
+# what each node's user had before we came (the two most common guard forms + their own lines)
+USER_BASHRC = {
+    1: None,  # Debian's /etc/skel/.bashrc + a user line, made on the node
+    2: "# my own rc\nexport EARLY=1\n[[ $- != *i* ]] && return\nalias ll='ls -l'\nexport LATE=2\n",
+}
+
+# the address a name has on the node, read with an ioctl (independent of the parsers under test)
+IFADDR = ("python3 -c \"import fcntl,socket,struct,sys; s=socket.socket(); "
+          "print(socket.inet_ntoa(fcntl.ioctl(s.fileno(),0x8915,struct.pack('256s',sys.argv[1].encode()))[20:24]))\" ")
+
+
+def _addresses(lab):
+    out = {}
+    for i in range(1, lab.nodes + 1):
+        trie = node_exec(lab.name, i, "cat /proc/net/fib_trie").stdout
+        out[i] = next(a for a in re.findall(r"\|-- (10\.89\.\d+\.\d+)", trie) if not a.endswith(".0") and
+                      not a.endswith(".255"))
+    return out
+
+
+def _start_sshd_and_mesh(lab, addrs):
+    """Until the sshd/ssh_mesh roles are on main: real sshd on 2222, a key per node (made there),
+    every key authorized everywhere, known_hosts from the nodes' real host keys (no accept-new)."""
+    pubs, hostkeys = [], []
+    for i in addrs:
+        out = node_exec(lab.name, i, (
+            "set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd; "
+            f"pgrep -x sshd >/dev/null || /usr/sbin/sshd -p {SSHD_PORT} -o PasswordAuthentication=no; "
+            "mkdir -p -m 700 ~/.ssh; test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519; "
+            "cat ~/.ssh/id_ed25519.pub; cat /etc/ssh/ssh_host_ed25519_key.pub")).stdout.splitlines()
+        pubs.append(out[0])
+        hostkeys.append(f"[{addrs[i]}]:{SSHD_PORT} " + " ".join(out[1].split()[:2]))
+    auth, known = "\n".join(pubs) + "\n", "\n".join(hostkeys) + "\n"
+    for i in addrs:
+        node_exec(lab.name, i, f"umask 077; printf %s '{auth}' > ~/.ssh/authorized_keys; "
+                               f"printf %s '{known}' > ~/.ssh/known_hosts")
+
+
+def _ssh_printenv(lab, src, dst_addr, names):
+    """Non-interactive ssh as launchers use it: `ssh host cmd` (bash -c, reads ~/.bashrc, no tty)."""
+    script = "; ".join(f'printf "%s=%s\\n" {n} "${{{n}-<unset>}}"' for n in names)
+    out = node_exec(lab.name, src, f"ssh -p {SSHD_PORT} -o BatchMode=yes -o ConnectTimeout=5 "
+                                   f"-o StrictHostKeyChecking=yes root@{dst_addr} '{script}'", timeout=60).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _stages(lab, *extra):
+    """The stages as site.yml runs them (preflight first), without the stages of other branches."""
+    argv = [tool("ansible-playbook"), "-i", str(REPO / "inventory/lab"), *STAGES, "-e", json.dumps(EXTRA), *extra]
+    proc = subprocess.run(argv, cwd=REPO, env=ansible_env(lab.name), capture_output=True, text=True,
+                          timeout=900, check=False)
+    return PlaybookResult(proc)
+
+
+@pytest.fixture(scope="module", params=["full", "minimal"])
+def lab(request, lab_factory):
+    lab = lab_factory(f"ne{request.param[0]}{uuid.uuid4().hex[:4]}", 2, ["--image", request.param])
+    lab.flavour = request.param
+    lab.addrs = _addresses(lab)
+    _start_sshd_and_mesh(lab, lab.addrs)
+    node_exec(lab.name, 1, "cp /etc/skel/.bashrc ~/.bashrc && echo 'export MINE=kept  # user line' >> ~/.bashrc")
+    node_exec(lab.name, 2, f"cat > ~/.bashrc <<'EOF'\n{USER_BASHRC[2]}EOF")
+    lab.original = {i: node_exec(lab.name, i, "cat ~/.bashrc").stdout for i in lab.addrs}
+    return lab
+
+
+def test_fresh_run_chooses_the_cluster_network_and_launchers_see_the_block(lab):
+    t0 = time.monotonic()
+    fresh = _stages(lab)
+    lab.fresh_s = time.monotonic() - t0
+    assert fresh.rc == 0, fresh
+    for i in lab.addrs:
+        ifname = node_exec(lab.name, i, "grep '^export NCCL_SOCKET_IFNAME=' ~/.bashrc | cut -d= -f2").stdout.strip()
+        assert node_exec(lab.name, i, IFADDR + ifname).stdout.strip() == lab.addrs[i], (
+            f"node{i}: NCCL_SOCKET_IFNAME={ifname} does not hold the cluster address")
+        if lab.flavour == "minimal":
+            assert node_exec(lab.name, i, "command -v ip || echo none").stdout.strip() == "none"
+        fact = {"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname, "NCCL_IB_DISABLE": "1"}
+        expected = dict(fact, PROVISION_TEST="it works", QUOTED="a'b $c")
+        for j in lab.addrs:   # every node -> every node, itself included
+            assert _ssh_printenv(lab, i, lab.addrs[j], list(expected)) == expected, f"node{i} -> node{j}"
+        rc = node_exec(lab.name, i, "cat ~/.bashrc").stdout
+        assert br.remove_block(rc) == lab.original[i]          # user's lines byte for byte
+        assert rc.index(br.BEGIN) < rc.index("return")         # above the guard
+        ds = node_exec(lab.name, i, "cat ~/.deepspeed_env").stdout
+        # same on every node and exportable unquoted: the NCCL/GLOO choice; the extra vars need quoting
+        assert ds == "".join(f"{k}={fact[k]}\n" for k in sorted(fact))
+    # the user's own lines below the guard are still hidden from non-interactive shells (as before)
+    assert _ssh_printenv(lab, 1, lab.addrs[2], ["EARLY", "LATE"]) == {"EARLY": "1", "LATE": "<unset>"}
+
+
+def test_rerun_changes_nothing(lab):
+    t0 = time.monotonic()
+    again = _stages(lab)
+    took = time.monotonic() - t0
+    assert again.rc == 0 and again.changed == 0, again
+    tasks = re.findall(r"^TASK \[provision\.cluster\.(nccl_net|shell_env) : ", again.stdout, re.M)
+    assert tasks.count("nccl_net") <= 3 and tasks.count("shell_env") <= 2, tasks
+    print(f"{lab.flavour}: fresh {getattr(lab, 'fresh_s', 0):.1f}s, re-run {took:.1f}s")
+
+
+def test_check_diff_shows_the_move_and_changes_nothing(lab):
+    # the user appends a guard-protected copy: simulate a block that ended up below the guard
+    rc = node_exec(lab.name, 2, "cat ~/.bashrc").stdout
+    _rest, block, _at = br.split_block(rc)
+    moved = br.remove_block(rc) + block
+    node_exec(lab.name, 2, f"cat > ~/.bashrc <<'EOF'\n{moved}EOF")
+    check = run_playbook("playbooks/shell_env.yml", lab_name=lab.name, extra_vars=EXTRA,
+                         extra_args=["--check", "--diff", "--limit", "node2"])
+    assert check.rc == 0 and check.changed == 1, check
+    assert "+" + br.BEGIN in check.stdout and "-" + br.BEGIN in check.stdout
+    assert node_exec(lab.name, 2, "cat ~/.bashrc").stdout == moved
+    fix = run_playbook("playbooks/shell_env.yml", lab_name=lab.name, extra_vars=EXTRA, extra_args=["--limit", "node2"])
+    assert fix.rc == 0 and fix.changed == 1, fix
+    assert node_exec(lab.name, 2, "cat ~/.bashrc").stdout == rc
+
+
+def test_interface_that_does_not_reach_the_peer_fails_naming_the_pair(lab):
+    side = {}
+    for i in lab.addrs:
+        names = node_exec(lab.name, i, "ls /sys/class/net").stdout.split()
+        side[i] = next(n for n in names if n != "lo" and
+                       node_exec(lab.name, i, IFADDR + n).stdout.strip() != lab.addrs[i])
+    bad = run_playbook("playbooks/nccl_net.yml", lab_name=lab.name,
+                       extra_vars={"nccl_net_socket_ifname": side[1], "nccl_net_probe_timeout": 2},
+                       extra_args=["--limit", "node1"])
+    assert bad.rc != 0
+    assert re.search(rf"node1 -> node2: node1 via {side[1]} \(10\.90\.[\d.]+\) cannot reach node2 at "
+                     rf"{re.escape(lab.addrs[2])}", bad.stdout), bad
