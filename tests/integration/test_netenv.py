@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import time
-import uuid
 
 import pytest
 from helpers import REPO, PlaybookResult, ansible_env, node_exec, run_playbook, tool
@@ -17,6 +16,8 @@ from ansible_collections.provision.cluster.plugins.module_utils import bashrc as
 pytestmark = pytest.mark.lab
 
 SSHD_PORT = 2222
+# fixed names: their subnets (hash of the name) do not collide with the other suites' labs
+LAB_NAMES = {"full": "netenv-full", "minimal": "netenv-min"}
 STAGES = ["playbooks/preflight.yml", "playbooks/nccl_net.yml", "playbooks/shell_env.yml"]
 EXTRA = {"shell_env_extra_vars": {"PROVISION_TEST": "it works", "QUOTED": "a'b $c"}}
 
@@ -76,7 +77,7 @@ def _stages(lab, *extra):
 
 @pytest.fixture(scope="module", params=["full", "minimal"])
 def lab(request, lab_factory):
-    lab = lab_factory(f"ne{request.param[0]}{uuid.uuid4().hex[:4]}", 2, ["--image", request.param])
+    lab = lab_factory(LAB_NAMES[request.param], 2, ["--image", request.param])
     lab.flavour = request.param
     lab.addrs = _addresses(lab)
     _start_sshd_and_mesh(lab, lab.addrs)
@@ -130,7 +131,9 @@ def test_check_diff_shows_the_move_and_changes_nothing(lab):
     check = run_playbook("playbooks/shell_env.yml", lab_name=lab.name, extra_vars=EXTRA,
                          extra_args=["--check", "--diff", "--limit", "node2"])
     assert check.rc == 0 and check.changed == 1, check
-    assert "+" + br.BEGIN in check.stdout and "-" + br.BEGIN in check.stdout
+    # a real unified diff of the file (difflib may show the block or the user lines as the moved part)
+    assert "--- before: /root/.bashrc" in check.stdout and "@@" in check.stdout, check
+    assert re.search(r"^-(alias ll|# BEGIN provision)", check.stdout, re.M), check
     assert node_exec(lab.name, 2, "cat ~/.bashrc").stdout == moved
     fix = run_playbook("playbooks/shell_env.yml", lab_name=lab.name, extra_vars=EXTRA, extra_args=["--limit", "node2"])
     assert fix.rc == 0 and fix.changed == 1, fix
