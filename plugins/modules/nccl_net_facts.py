@@ -19,7 +19,7 @@ description:
     a refused connection counts as reachable (the peer answered), a timeout or an unreachable error
     fails naming the pair.
   - Every value can be overridden; RV(reasons) says why each value was chosen.
-  - Changes nothing on the node; safe in check mode (then it still probes: connects are read-only).
+  - Changes nothing on the node; safe in check mode (it still probes, a TCP connect is read-only).
 version_added: 1.0.0
 author: provision developers
 options:

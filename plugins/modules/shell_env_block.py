@@ -18,7 +18,7 @@ description:
   - User content outside the block is kept byte for byte. Files are replaced atomically and only when
     their content changes; symlinked dotfiles are followed.
   - Also keeps C(~/.deepspeed_env) (C(NAME=value) lines, which DeepSpeed's runner exports to every
-    node): sets O(deepspeed_vars), removes the ones it wrote last time and no longer manages, keeps the user's.
+    node). It sets O(deepspeed_vars), removes the ones it wrote last time and no longer manages, and keeps the user's.
 version_added: 1.0.0
 author: provision developers
 options:

@@ -256,3 +256,27 @@ def test_module_on_a_constructed_tree(tmp_path):
     assert result["env"]["NCCL_SOCKET_IFNAME"] == "eth1" and result["changed"] is False
     assert {c["check"]: c["status"] for c in result["checks"]} == {"nccl_net.socket_ifname": "pass",
                                                                    "nccl_net.ib": "skip"}
+
+
+# ---------------------------------------------------------------- filters and docs
+
+def test_filters():
+    from ansible_collections.provision.cluster.plugins.filter.netenv import FilterModule
+    f = FilterModule().filters()
+    hostvars = {"n1": {"cluster_address": "10.0.0.1", "ansible_host": "c1"}, "n2": {"ansible_host": "c2"}, "n3": {}}
+    assert f["cluster_peers"](["n1", "n2", "n3"], hostvars) == [
+        {"name": "n1", "address": "10.0.0.1", "rank": 0}, {"name": "n2", "address": "c2", "rank": 1},
+        {"name": "n3", "address": "n3", "rank": 2}]
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="1 results for 2 hosts"):
+        f["nccl_net_agree"]([{}], ["a", "b"])
+    agreed = f["nccl_net_agree"]([_decision({"NCCL_SOCKET_IFNAME": "eth1"})] * 2, ["a", "b"])
+    assert agreed["b"]["env"] == {"NCCL_SOCKET_IFNAME": "eth1"}
+
+
+@pytest.mark.parametrize("module", ["nccl_net_facts", "shell_env_block"])
+def test_ansible_doc_renders(module):
+    from helpers import ansible_env, tool
+    proc = subprocess.run([tool("ansible-doc"), f"provision.cluster.{module}"], capture_output=True, text=True,
+                          env=ansible_env(), cwd=REPO, check=False)
+    assert proc.returncode == 0 and "EXAMPLES" in proc.stdout, proc.stderr
