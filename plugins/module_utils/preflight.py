@@ -128,6 +128,7 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
             problems.append(f"cluster: stage {stage} needs at least {need} nodes, the inventory has {len(nodes)}; "
                             f"fix: add nodes to the cluster group or skip the stage (--skip-tags {stage})")
 
+    problems = merge_same_problem(problems, len(nodes))
     by_name = {n["name"]: n for n in nodes}
     plan = {
         "nodes": [{"name": n["name"], "address": n["address"], "rank": n["rank"]} for n in nodes],
@@ -137,6 +138,34 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
         "ssh_port": by_name[master]["ssh_port"] or DEFAULT_SSH_PORT,
     }
     return problems, plan
+
+
+def merge_same_problem(problems, node_count):
+    """'node1: X' and 'node2: X' become 'node1, node2: X' ('cluster: X' when every node has it)."""
+    order = []
+    hosts_by_text = {}
+    for line in problems:
+        host, sep, text = line.partition(": ")
+        if not sep or host == "cluster" or " " in host:
+            host, text = None, line
+        if text not in hosts_by_text:
+            hosts_by_text[text] = []
+            order.append(text)
+        if host:
+            hosts_by_text[text].append(host)
+    out = []
+    for text in order:
+        hosts = hosts_by_text[text]
+        if not hosts:
+            out.append(text)
+        elif len(hosts) == 1:
+            out.append(f"{hosts[0]}: {text}")
+        elif len(hosts) == node_count:
+            out.append(f"cluster (all {node_count} nodes): {text}")
+        else:
+            shown = ", ".join(hosts[:4]) + (f" and {len(hosts) - 4} more" if len(hosts) > 4 else "")
+            out.append(f"{shown}: {text}")
+    return out
 
 
 def python_problem(host, version_text):

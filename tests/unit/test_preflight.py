@@ -46,12 +46,13 @@ def test_names_differing_only_in_case_are_duplicates():
 @pytest.mark.parametrize("port", [70000, 0, -1, "abc"])
 def test_port_out_of_range(port):
     problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.2", ssh_port=port))
-    assert any("sshd_port" in p and "fix: set sshd_port to a port between 1 and 65535" in p for p in problems)
+    assert any(p.startswith("cluster (all 2 nodes): sshd_port") and "fix: set sshd_port to a port between 1 and 65535" in p
+               for p in problems)
 
 
 def test_ssh_port_equal_to_master_port():
     problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.2", ssh_port=29500, master_port=29500))
-    assert any("sshd_port and cluster_master_port are both 29500" in p for p in problems)
+    assert any(p.startswith("cluster (all 2 nodes): sshd_port and cluster_master_port are both 29500") for p in problems)
 
 
 def test_ports_must_agree_across_nodes():
@@ -116,3 +117,13 @@ def test_python_problem(text, expect):
         assert got is None
     else:
         assert got.startswith("node3: ") and expect in got and "fix:" in got
+
+
+def test_same_problem_on_every_node_is_one_line():
+    problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.2", "10.0.0.3", ssh_port=70000))
+    assert problems == ["cluster (all 3 nodes): sshd_port 70000 is out of range; "
+                        "fix: set sshd_port to a port between 1 and 65535"]
+    h = hosts("10.0.0.1", "10.0.0.2", "10.0.0.3")
+    h[0]["ssh_port"] = h[2]["ssh_port"] = 0
+    problems, _ = validate_inventory(h)
+    assert problems[0].startswith("node1, node3: sshd_port 0 is out of range")
