@@ -137,21 +137,13 @@ def find_guard(lines):
         if _COMMENT.match(line) or not line.strip():
             i += 1
             continue
-        if _CASE.match(line):
+        end = _ESAC if _CASE.match(line) else (_FI if _IF.match(line) and _INTERACTIVE_TEST.search(line) else None)
+        if end is not None:
+            # the compound command runs to its esac/fi (which may be on the same line)
             j = i
-            while j < n and not _ESAC.search(lines[j] if j > i else line.split(" in ", 1)[-1]):
+            while j < n and not end.search(lines[j] if j > i else line[len(line.split()[0]):]):
                 j += 1
-            body = "\n".join(l for l in lines[i:j + 1] if not _COMMENT.match(l))
-            if _RETURN.search(body):
-                return i
-            i = j + 1
-            continue
-        if _IF.match(line) and _INTERACTIVE_TEST.search(line):
-            j = i
-            while j < n and not _FI.search(lines[j]):
-                j += 1
-            body = "\n".join(l for l in lines[i:j + 1] if not _COMMENT.match(l))
-            if _RETURN.search(body):
+            if _RETURN.search("\n".join(l for l in lines[i:j + 1] if not _COMMENT.match(l))):
                 return i
             i = j + 1
             continue

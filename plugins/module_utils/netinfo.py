@@ -41,6 +41,14 @@ def _read(path):
         return None
 
 
+def _listdir(path, key=None):
+    """Sorted entries of a directory, [] when it is absent."""
+    try:
+        return sorted(os.listdir(path), key=key)
+    except OSError:
+        return []
+
+
 def _int(text):
     try:
         return int(text)
@@ -131,11 +139,7 @@ def read_interfaces(sys_root="/sys"):
     """Every interface under /sys/class/net with the attributes the decision needs."""
     base = os.path.join(sys_root, "class", "net")
     out = {}
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return out
-    for name in names:
+    for name in _listdir(base):
         path = os.path.join(base, name)
         try:
             link = os.readlink(path)
@@ -214,33 +218,18 @@ def read_rdma(sys_root="/sys"):
     """RDMA devices under /sys/class/infiniband: per port state, link layer, rate and GID table."""
     base = os.path.join(sys_root, "class", "infiniband")
     out = {}
-    try:
-        devices = sorted(os.listdir(base))
-    except OSError:
-        return out
-    for dev in devices:
+    for dev in _listdir(base):
         dpath = os.path.join(base, dev)
-        try:
-            netdevs = sorted(os.listdir(os.path.join(dpath, "device", "net")))
-        except OSError:
-            netdevs = []
+        netdevs = _listdir(os.path.join(dpath, "device", "net"))
         ports = {}
-        try:
-            port_names = sorted(os.listdir(os.path.join(dpath, "ports")), key=lambda p: _int(p) or 0)
-        except OSError:
-            port_names = []
-        for pname in port_names:
+        for pname in _listdir(os.path.join(dpath, "ports"), key=lambda p: _int(p) or 0):
             ppath = os.path.join(dpath, "ports", pname)
             state_num, state = _state(_read(os.path.join(ppath, "state")))
             _phys_num, phys = _state(_read(os.path.join(ppath, "phys_state")))
             rate_text = _read(os.path.join(ppath, "rate")) or ""
             rate = _RATE.match(rate_text)
             gids = []
-            try:
-                gid_names = sorted(os.listdir(os.path.join(ppath, "gids")), key=lambda g: _int(g) or 0)
-            except OSError:
-                gid_names = []
-            for gname in gid_names:
+            for gname in _listdir(os.path.join(ppath, "gids"), key=lambda g: _int(g) or 0):
                 gid = _read(os.path.join(ppath, "gids", gname))
                 if not gid or gid == ZERO_GID:
                     continue
