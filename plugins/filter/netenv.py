@@ -67,9 +67,18 @@ def shell_env_merge(facts, extra_vars=None):
     return merge_env(facts, extra_vars or {})
 
 
-def shell_env_common(envs):
-    """Variables whose value is the same on every node (what may go into ~/.deepspeed_env)."""
-    return common_env(list(envs))
+def shell_env_common(hosts, hostvars):
+    """Variables whose value is the same on every node (what may go into ~/.deepspeed_env).
+
+    Each node's merged environment is its (cached) __shell_env fact; nodes that never ran the role
+    are left out.
+    """
+    envs = []
+    for host in hosts:
+        merged = hostvars[host].get("__shell_env") if host in hostvars else None
+        if merged:
+            envs.append(merged.get("env") or {})
+    return common_env(envs)
 
 
 class FilterModule:

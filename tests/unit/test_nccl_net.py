@@ -272,6 +272,9 @@ def test_filters():
         f["nccl_net_agree"]([{}], ["a", "b"])
     agreed = f["nccl_net_agree"]([_decision({"NCCL_SOCKET_IFNAME": "eth1"})] * 2, ["a", "b"])
     assert agreed["b"]["env"] == {"NCCL_SOCKET_IFNAME": "eth1"}
+    envs = {"a": {"__shell_env": {"env": {"X": "1", "IF": "eth1"}}}, "b": {"__shell_env": {"env": {"X": "1", "IF": "eth0"}}},
+            "c": {}}   # c never ran the role (e.g. outside --limit and not cached): left out
+    assert f["shell_env_common"](["a", "b", "c", "d"], envs) == {"X": "1"}
 
 
 @pytest.mark.parametrize("module", ["nccl_net_facts", "shell_env_block"])
