@@ -674,6 +674,7 @@ def agree(decisions):
                     "check": "nccl_net.agree.%s" % key.lower(), "status": "warn",
                     "detail": detail + " (launchers that export the launching node's NCCL_* to all nodes, "
                                        "e.g. DeepSpeed's pdsh runner, will send one value everywhere)",
-                    "fix": "set the same %s on all nodes (an NCCL list such as '=%s')" % (
-                        "nccl_net_" + key[5:].lower(), ",".join(sorted({v for v in values.values() if v})))})
+                    "fix": ("give the nodes one name for the cluster interface (udev/netplan rename; podman: "
+                            "--network NET:interface_name=NAME) or " if key == "NCCL_SOCKET_IFNAME" else "") +
+                           "set %s to a value valid on every node" % ("nccl_net_" + key[5:].lower())})
     return out

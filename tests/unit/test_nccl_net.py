@@ -217,7 +217,7 @@ def test_agree_disables_ib_when_one_node_has_none():
 def test_agree_reports_different_interface_names():
     out = ni.agree({"n1": _decision({"NCCL_SOCKET_IFNAME": "eth1"}), "n2": _decision({"NCCL_SOCKET_IFNAME": "eth0"})})
     warn = [c for c in out["n1"]["checks"] if c["status"] == "warn"]
-    assert warn and "n1=eth1, n2=eth0" in warn[0]["detail"] and "'=eth0,eth1'" in warn[0]["fix"]
+    assert warn and "n1=eth1, n2=eth0" in warn[0]["detail"] and "nccl_net_socket_ifname" in warn[0]["fix"]
     same = ni.agree({"n1": _decision({"NCCL_SOCKET_IFNAME": "eth1"}), "n2": _decision({"NCCL_SOCKET_IFNAME": "eth1"})})
     assert all(c["status"] == "pass" for c in same["n1"]["checks"])
 
