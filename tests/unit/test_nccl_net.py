@@ -283,3 +283,18 @@ def test_ansible_doc_renders(module):
     proc = subprocess.run([tool("ansible-doc"), f"provision.cluster.{module}"], capture_output=True, text=True,
                           env=ansible_env(), cwd=REPO, check=False)
     assert proc.returncode == 0 and "EXAMPLES" in proc.stdout, proc.stderr
+
+
+def test_module_read_only_report_for_verify(tmp_path):
+    """fail_on_error=false (what verify uses): problems come back as checks, the module does not fail."""
+    sys_root, proc_root = net_tree(tmp_path, LAB_FULL / "node1")
+    args = {"ANSIBLE_MODULE_ARGS": {"peers": [{"name": "node2", "address": "10.90.152.34"}], "self_name": "node1",
+                                    "fail_on_error": False, "_ansible_check_mode": True,
+                                    "sys_root": str(sys_root), "proc_root": str(proc_root)}}
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/nccl_net_facts.py"), str(tmp_path / "args.json")],
+                          capture_output=True, text=True, env={"PYTHONPATH": str(COLLECTIONS)}, check=False)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 0 and not result.get("failed")
+    check = next(c for c in result["checks"] if c["check"] == "nccl_net.socket_ifname")
+    assert check["status"] == "fail" and "node2" in check["detail"] and check["fix"]
