@@ -17,7 +17,7 @@ pytestmark = pytest.mark.lab
 
 # fixed names: their subnets (hash of the name) do not collide with the other suites' labs
 LAB_NAMES = {"full": "netenv-full", "minimal": "netenv-min"}
-STAGES = ["preflight", "sshd", "ssh_mesh", "nccl_net", "shell_env"]
+STAGES = ["preflight", "sshd", "ssh_mesh", "pdsh", "nccl_net", "shell_env"]
 EXTRA = {"shell_env_extra_vars": {"PROVISION_TEST": "it works", "QUOTED": "a'b $c"}}
 
 # what each node's user had before we came (the two most common guard forms + their own lines)
@@ -90,7 +90,8 @@ def test_fresh_run_chooses_the_cluster_network_and_launchers_see_the_block(lab):
         chosen[i] = {"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname, "NCCL_IB_DISABLE": "1"}
     for i in lab.addrs:
         for j in lab.addrs:   # every node -> every node, itself included; each node has its own choice
-            expected = dict(chosen[j], PROVISION_TEST="it works", QUOTED="a'b $c")
+            # + what another stage exported (provision_env_pdsh) and the user's extra vars
+            expected = dict(chosen[j], PDSH_RCMD_TYPE="ssh", PROVISION_TEST="it works", QUOTED="a'b $c")
             assert _ssh_printenv(lab, i, f"node{j}", list(expected)) == expected, f"node{i} -> node{j}"
         rc = node_exec(lab.name, i, "cat ~/.bashrc").stdout
         assert br.remove_block(rc) == lab.original[i]          # user's lines byte for byte
@@ -98,8 +99,10 @@ def test_fresh_run_chooses_the_cluster_network_and_launchers_see_the_block(lab):
         # ~/.deepspeed_env: what is the same on every node and exportable unquoted (the extra vars
         # need quoting; the interface name only when podman gave both nodes the same one)
         common = {k: v for k, v in chosen[i].items() if all(chosen[j][k] == v for j in lab.addrs)}
-        ds = node_exec(lab.name, i, "cat ~/.deepspeed_env").stdout
-        assert ds == "".join(f"{k}={common[k]}\n" for k in sorted(common))
+        ds = node_exec(lab.name, i, "cat ~/.deepspeed_env").stdout.splitlines()
+        assert {f"{k}={v}" for k, v in common.items()} | {"PDSH_RCMD_TYPE=ssh"} <= set(ds)
+        assert not [line for line in ds if line.split("=")[0] in set(chosen[i]) - set(common)]
+        assert not [line for line in ds if line.startswith(("PROVISION_TEST=", "QUOTED="))]
     # the user's own lines below the guard are still hidden from non-interactive shells (as before)
     assert _ssh_printenv(lab, 1, "node2", ["EARLY", "LATE"]) == {"EARLY": "1", "LATE": "<unset>"}
 
@@ -135,7 +138,11 @@ def test_check_diff_shows_the_move_and_changes_nothing(lab):
     assert node_exec(lab.name, 2, "cat ~/.bashrc").stdout == moved
     fix = run_playbook("playbooks/shell_env.yml", lab_name=lab.name, extra_vars=EXTRA, extra_args=["--limit", "node2"])
     assert fix.rc == 0 and fix.changed == 1, fix
-    assert node_exec(lab.name, 2, "cat ~/.bashrc").stdout == rc
+    after = node_exec(lab.name, 2, "cat ~/.bashrc").stdout
+    # moved back above the guard, the user's lines untouched (the block's content may differ from the
+    # full run's: a stage playbook run alone sees only the provision_env_* facts that are cached)
+    assert br.remove_block(after) == br.remove_block(rc) == lab.original[2]
+    assert after.index(br.BEGIN) < after.index("[[ $- != *i* ]] && return")
 
 
 def test_interface_that_does_not_reach_the_peer_fails_naming_the_pair(lab):
