@@ -56,11 +56,32 @@ def requirement_key(pins):
 # ---------------------------------------------------------------- wheelhouse (controller)
 
 
+_LEGACY_MANYLINUX = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
+
+
+def expand_platform(platform):
+    """'manylinux_2_28_x86_64' -> itself and every older manylinux tag a glibc 2.28 node also runs
+    (2_27 ... 2_17, manylinux2014, 2010, 1). pip < 24 takes --platform literally, and wheels such
+    as numpy 2.2 are tagged manylinux_2_17 only."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform)
+    if not m:
+        return [platform]
+    major, minor, arch = int(m.group(1)), int(m.group(2)), m.group(3)
+    out = []
+    for mn in range(minor, 4, -1):
+        out.append(f"manylinux_{major}_{mn}_{arch}")
+        if (major, mn) in _LEGACY_MANYLINUX:
+            out.append(f"{_LEGACY_MANYLINUX[(major, mn)]}_{arch}")
+    return out
+
+
 def pip_download_argv(python, dest, pins, *, platform, python_version, implementation, abi,
                       find_links=(), index_url=None, extra_args=()):
     argv = [python, "-m", "pip", "download", "--disable-pip-version-check", "--progress-bar", "off",
-            "--dest", dest, "--only-binary=:all:", "--platform", platform,
-            "--python-version", python_version, "--implementation", implementation, "--abi", abi]
+            "--dest", dest, "--only-binary=:all:"]
+    for tag in expand_platform(platform):
+        argv += ["--platform", tag]
+    argv += ["--python-version", python_version, "--implementation", implementation, "--abi", abi]
     for link in find_links:
         argv += ["--find-links", link]
     if index_url:
@@ -319,12 +340,13 @@ def compare_versions(per_host, order=None):
     differing_hosts = [h for h in hosts if h in odd] + missing
     table = ""
     if differing_cols or missing:
-        header = ["node"] + differing_cols
+        header = ["node"] + differing_cols + (["versions"] if missing else [])
         rows = [header]
         for h in hosts:
-            rows.append([h] + [_fmt(cells[h].get(c)) + ("*" if c in odd.get(h, []) else "") for c in differing_cols])
+            rows.append([h] + [_fmt(cells[h].get(c)) + ("*" if c in odd.get(h, []) else "") for c in differing_cols]
+                        + (["recorded"] if missing else []))
         for h in missing:
-            rows.append([h] + ["(no versions)"] + [""] * (len(differing_cols) - 1 if differing_cols else 0))
+            rows.append([h] + ["-"] * len(differing_cols) + ["missing*"])
         widths = [max(len(r[i]) if i < len(r) else 0 for r in rows) for i in range(len(header))]
         table = "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows)
     return {"ok": not differing_cols and not missing, "differing_columns": differing_cols,

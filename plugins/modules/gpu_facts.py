@@ -219,7 +219,10 @@ def collect(module):
     facts["toolkits"] = find_toolkits(p["search_roots"])
     chosen = G.pick_toolkit(facts["toolkits"], p["cuda_version"] or None)
     facts["cuda_home"] = chosen["path"] if chosen else ""
-    nvcc = module.get_bin_path("nvcc", opt_dirs=[os.path.join(facts["cuda_home"], "bin")] if chosen else [])
+    # the chosen toolkit's nvcc first, then PATH, then any toolkit's
+    nvcc_dirs = [os.path.join(tk["path"], "bin") for tk in ([chosen] if chosen else []) + facts["toolkits"]]
+    nvcc = next((os.path.join(d, "nvcc") for d in nvcc_dirs[:1] if os.access(os.path.join(d, "nvcc"), os.X_OK)), None)
+    nvcc = nvcc or module.get_bin_path("nvcc", opt_dirs=nvcc_dirs)
     if nvcc:
         rc, out, _ = _run([nvcc, "--version"], p["timeout"])
         parsed = G.parse_nvcc_version(out) if rc == 0 else None
