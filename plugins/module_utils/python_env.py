@@ -147,6 +147,15 @@ def wheelhouse_diff(expected, present):
     return todo
 
 
+def last_line(*texts):
+    """The last non-empty line of the first text that has one (a failed command's one-line cause)."""
+    for text in texts:
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1]
+    return "no output"
+
+
 def load_json(path):
     try:
         with open(path, encoding="utf-8") as fh:
@@ -228,6 +237,14 @@ def normalize_versions(raw):
         "backends": raw.get("backends") or {"gloo": False, "nccl": False, "mpi": False},
         "packages": raw.get("packages") or {},
     }
+
+
+def chown_tree(path, uid, gid):
+    """Own a whole environment (after pip ran as root) by the cluster user; symlinks themselves."""
+    os.lchown(path, uid, gid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, gid)
 
 
 def venv_create_argv(python, path, system_site_packages=False):

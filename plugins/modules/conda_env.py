@@ -143,14 +143,10 @@ def main():
         except subprocess.TimeoutExpired:
             module.fail_json(msg=f"{' '.join(argv[:3])} took more than {p['timeout']}s", cmd=argv)
         if proc.returncode != 0:
-            last = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()][-1:] or ["?"]
-            module.fail_json(msg=f"{' '.join(argv[:3])} failed: {last[0]}", cmd=argv, stderr=proc.stderr)
+            module.fail_json(msg=f"{' '.join(argv[:3])} failed: {P.last_line(proc.stderr, proc.stdout)}", cmd=argv, stderr=proc.stderr)
     if p["owner"]:
         pw = pwd.getpwnam(p["owner"])
-        for root, dirs, files in os.walk(p["prefix"]):
-            os.lchown(root, pw.pw_uid, pw.pw_gid)
-            for name in files:
-                os.lchown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)
+        P.chown_tree(p["prefix"], pw.pw_uid, pw.pw_gid)
     module.exit_json(changed=True, env_prefix=env_prefix, commands=plan, ansible_facts={"provision_env_python_env": env})
 
 

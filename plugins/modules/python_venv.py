@@ -124,13 +124,6 @@ def probe(module, python):
     return data
 
 
-def chown_tree(path, uid, gid):
-    os.lchown(path, uid, gid)
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), uid, gid)
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -183,7 +176,7 @@ def main():
             argv.insert(3, "--clear")
         proc = run(module, argv, 600, "python -m venv")
         if proc.returncode != 0:
-            module.fail_json(msg=f"python -m venv {path} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+            module.fail_json(msg=f"python -m venv {path} failed: {P.last_line(proc.stderr, proc.stdout)}"
                                  " (fix: install python3-venv)", cmd=argv, stderr=proc.stderr)
         state = probe(module, env_python) or {"dists": {}}
     todo = P.unmet_pins(p["requirements"], state["dists"])
@@ -193,8 +186,8 @@ def main():
         argv = P.pip_install_argv(env_python, todo, p["find_links"])
         proc = run(module, argv, p["timeout"], "pip install")
         if proc.returncode != 0:
-            last = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()][-1:] or ["?"]
-            module.fail_json(msg=f"pip install {' '.join(todo)} from {p['find_links']} failed: {last[0]}",
+            module.fail_json(msg=f"pip install {' '.join(todo)} from {p['find_links']} failed: "
+                                 f"{P.last_line(proc.stderr, proc.stdout)}",
                              cmd=argv, stdout=proc.stdout, stderr=proc.stderr)
         after = probe(module, env_python) or {"dists": {}}
         still = P.unmet_pins(p["requirements"], after["dists"])
@@ -207,7 +200,7 @@ def main():
             if module.check_mode:
                 changed = True
             else:
-                chown_tree(path, uid, gid)
+                P.chown_tree(path, uid, gid)
                 changed = True
     module.exit_json(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts)
 

@@ -94,8 +94,7 @@ def main():
     try:
         raw = P.parse_probe(proc.stdout)
     except ValueError:
-        last = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()][-1:] or ["no output"]
-        module.fail_json(msg=f"{p['python']}: version probe failed: {last[0]}", stderr=proc.stderr)
+        module.fail_json(msg=f"{p['python']}: version probe failed: {P.last_line(proc.stderr)}", stderr=proc.stderr)
     versions = P.normalize_versions(raw)
     if versions["torch"] is None:
         check = {"check": "python_env", "status": "fail",

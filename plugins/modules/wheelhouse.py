@@ -146,8 +146,7 @@ def main():
         except subprocess.TimeoutExpired:
             module.fail_json(msg=f"pip download {' '.join(pins)} took more than {p['timeout']}s", cmd=argv)
         if proc.returncode != 0:
-            tail = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()][-1:] or ["?"]
-            module.fail_json(msg=f"pip download {' '.join(pins)} failed: {tail[0]} (fix: the pins, "
+            module.fail_json(msg=f"pip download {' '.join(pins)} failed: {P.last_line(proc.stderr, proc.stdout)} (fix: the pins, "
                                  "python_env_wheelhouse_find_links or python_env_index_url)",
                              cmd=argv, stdout=proc.stdout, stderr=proc.stderr)
         files = P.downloaded_files(proc.stdout)

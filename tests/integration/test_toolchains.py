@@ -8,9 +8,10 @@ import json
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from helpers import LAB_INVENTORY, ansible_env, node_exec, run_playbook, tool
+from helpers import LAB_INVENTORY, REPO, ansible_env, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
@@ -21,10 +22,12 @@ VENV = "/opt/provision/venv"
 
 
 def stages(inventory, *extra, extra_vars=None, playbooks=None):
-    """The three stages in one ansible-playbook run (as site.yml runs them)."""
+    """The stages in one ansible-playbook run, imported in order as site.yml does."""
+    names = playbooks or STAGES
+    play = inventory.parent / f"stages-{'-'.join(Path(n).stem for n in names)}.yml"
+    play.write_text("".join(f"- import_playbook: {REPO / n}\n" for n in names))
     t0 = time.monotonic()
-    argv = [*(playbooks or STAGES)[1:], *extra]
-    res = run_playbook((playbooks or STAGES)[0], lab_name=LAB, inventory=inventory, extra_args=argv,
+    res = run_playbook(play, lab_name=LAB, inventory=inventory, extra_args=list(extra),
                        extra_vars={"cluster_user": USER, **(extra_vars or {})}, timeout=1500)
     res.seconds = time.monotonic() - t0
     return res
