@@ -34,13 +34,18 @@ def stages(inventory, *extra, extra_vars=None, playbooks=None):
 
 
 def adhoc(inventory, module, args):
-    proc = subprocess.run([tool("ansible"), "cluster", "-i", str(inventory), "-m", module, "-a", json.dumps(args),
-                           "-o"], env=ansible_env(LAB), capture_output=True, text=True, timeout=300, check=False)
-    out = {}
-    for line in proc.stdout.splitlines():
-        host, _, rest = line.partition(" | ")
-        out[host.strip()] = json.loads(rest.split("=> ", 1)[1])
-    return out
+    """Run one module on every node; {host: result} from the json callback."""
+    env = ansible_env(LAB, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+    proc = subprocess.run([tool("ansible"), "cluster", "-i", str(inventory), "-m", module]
+                          + (["-a", json.dumps(args)] if args else []),
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    try:
+        # the JSON document starts at the first line that opens it (profile_tasks may print around it)
+        start = proc.stdout.index("{\n") if proc.stdout.startswith("{") else proc.stdout.index("\n{\n") + 1
+        doc, _ = json.JSONDecoder().raw_decode(proc.stdout[start:])
+        return doc["plays"][0]["tasks"][0]["hosts"]
+    except (ValueError, KeyError, IndexError) as exc:
+        raise AssertionError(f"ansible {module}: {exc}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from exc
 
 
 @pytest.fixture(scope="module")
