@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import LAB_INVENTORY, REPO, ansible_env, node_exec, run_playbook, tool
+from helpers import FIXTURES, LAB_INVENTORY, REPO, ansible_env, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
@@ -131,3 +131,20 @@ def test_node_with_another_pin_is_named(lab, inventory):
     wheels2 = node_exec(LAB, 2, "ls /var/cache/provision/wheelhouse").stdout
     wheels1 = node_exec(LAB, 1, "ls /var/cache/provision/wheelhouse").stdout
     assert "numpy-2.2.6" in wheels2 and "numpy-2.2.6" not in wheels1
+
+
+def test_cuda_toolkit_refuses_newer_than_driver_on_a_replayed_gpu_node(lab, inventory):
+    """No GPU here: node1 gets a stand-in nvidia-smi that prints the real H100 captures (driver
+    580.159.04, CUDA 13.0); asking for CUDA 13.1 must stop node1 with one line, node2 (no GPU) skips."""
+    h100 = FIXTURES / "h100-node"
+    subprocess.run(["podman", "cp", str(h100 / "nvidia-smi-q.xml"), f"{LAB}-node1:/tmp/smi.xml"], check=True)
+    subprocess.run(["podman", "cp", str(h100 / "nvidia-smi-query-gpu.csv"), f"{LAB}-node1:/tmp/smi.csv"], check=True)
+    node_exec(LAB, 1, "printf '#!/bin/sh\\ncase \"$1\" in -q) cat /tmp/smi.xml;; *) cat /tmp/smi.csv;; esac\\n'"
+                      " > /usr/local/bin/nvidia-smi && chmod 755 /usr/local/bin/nvidia-smi")
+    try:
+        res = stages(inventory, extra_vars={"cuda_toolkit_version": "13.1"}, playbooks=STAGES[1:2])
+    finally:
+        node_exec(LAB, 1, "rm -f /usr/local/bin/nvidia-smi /tmp/smi.xml /tmp/smi.csv")
+    assert res.rc != 0 and res.recap["node1"]["failed"] == 1 and res.recap["node2"]["failed"] == 0, res
+    assert ("node1: CUDA toolkit 13.1 is newer than driver 580.159.04 supports (CUDA 13.0); "
+            "set cuda_toolkit_version <= 13.0 or upgrade the driver") in res.output, res
