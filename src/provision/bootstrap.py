@@ -577,13 +577,17 @@ def ssh_vars_text(known_hosts: Path, inv_dir: Path) -> str:
     )
 
 
+# options that switch host-key checking off (what we refuse to run with)
+_HOST_KEY_BYPASS = re.compile(r"StrictHostKeyChecking\s*=?\s*(?:no|off|accept-new)\b|"
+                              r"UserKnownHostsFile\s*=?\s*/dev/null", re.IGNORECASE)
+
+
 def ssh_args_problem(target: Target, known_hosts: Path, inv_dir: Path | None) -> str | None:
     """Why Ansible would not use our known_hosts with checking on for this host (None: it will)."""
     args = target.ssh_common_args or ""
-    for bad in ("StrictHostKeyChecking=no", "StrictHostKeyChecking=accept-new",
-                "UserKnownHostsFile=/dev/null"):
-        if bad.lower() in args.lower():
-            return f"ansible_ssh_common_args contains {bad}: host keys would not be checked"
+    bad = _HOST_KEY_BYPASS.search(args)
+    if bad:
+        return f"ansible_ssh_common_args contains {bad.group(0)}: host keys would not be checked"
     refs = {str(known_hosts)}
     if inv_dir is not None and known_hosts == inv_dir / KNOWN_HOSTS_REL:
         refs.add("{{ inventory_dir }}/" + KNOWN_HOSTS_REL)
