@@ -166,11 +166,17 @@ _PATTERNS = [
     ("port_held", r"EADDRINUSE|[Aa]ddress already in use",
      "the master port is already in use on the master node",
      "stop the process holding it (`ss -ltnp` / fuser PORT/tcp) or set cluster_master_port to a free port"),
+    ("peer_unreachable", r"failed to connect to (\S+?):(\d+) \(errno: \d+ - (Network is unreachable|"
+     r"No route to host|Connection timed out)\)",
+     "cannot reach the master {0}:{1} ({2})",
+     "use an address on the cluster network for cluster_master_addr and check routes/firewall between "
+     "the nodes on that interface"),
     ("rendezvous_connection", r"RendezvousConnectionError",
      "could not talk to the c10d rendezvous store on the master port (a foreign listener or no server)",
      "check what listens on the master port on the master node; make sure nothing but the job uses it"),
     ("rendezvous_timeout", r"RendezvousTimeoutError|[Ww]ait timeout|[Tt]imed out.*(?:workers|rendezvous)|"
-     r"client socket has timed out|Socket Timeout|timed out after \d+ms while trying to connect",
+     r"client socket has timed out|Socket Timeout|timed out after \d+ms while trying to connect|"
+     r"waiting for clients\. (\d+/\d+) clients joined",
      "rendezvous timed out: not every rank joined in time",
      "start the job on every node (same nnodes/world size and master address/port); "
      "check the master address is reachable from every node"),
@@ -191,8 +197,8 @@ def classify_log(text: str) -> dict | None:
     return None
 
 
-_REACH_TEXT = {"unreachable": "no route to {addr}:{port}", "timeout": "{addr}:{port} did not answer (SYN timed out)",
-               "refused": "{addr}:{port} refused the connection (nothing listening)"}
+_REACH_TEXT = {"unreachable": "no route (network unreachable)", "timeout": "no answer (connect timed out)",
+               "refused": "connection refused (nothing listening)"}
 
 
 def diagnose(hosts: list[dict], master_addr: str, master_port: int, holder: str | None = None) -> list[dict]:
@@ -242,9 +248,8 @@ def diagnose(hosts: list[dict], master_addr: str, master_port: int, holder: str 
             detail = f"master port {master_port} is in use" + (f" (held by {holder})" if holder else "")
             add("port_held", detail, f"stop that process or set cluster_master_port to a free port", host)
         elif reach in ("unreachable", "timeout") and (found is None or found["cause"] in (
-                "rendezvous_timeout", "rendezvous_connection")):
-            add("peer_unreachable", "cannot reach the master " + _REACH_TEXT[reach].format(addr=master_addr, port=master_port)
-                + f" from {host}",
+                "rendezvous_timeout", "rendezvous_connection", "peer_unreachable")):
+            add("peer_unreachable", f"cannot reach the master {master_addr}:{master_port}: {_REACH_TEXT[reach]}",
                 "use an address on the cluster network for cluster_master_addr and check routes/firewall "
                 "between the nodes on that interface", host)
         elif found:

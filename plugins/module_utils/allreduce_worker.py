@@ -59,36 +59,18 @@ def one_line(exc):
 
 
 def interface_of(address):
-    """Name of the local interface that holds IPv4 `address` (from /proc/net/fib_trie), or None."""
-    try:
-        with open("/proc/net/fib_trie", encoding="ascii") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return None
-    local = False
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("|--") and stripped[3:].strip() == address:
-            local = any("/32 host LOCAL" in nxt for nxt in lines[i + 1:i + 3])
-            if local:
-                break
-    if not local:
-        return None
-    # /proc/net/route: which interface routes the address's own subnet
-    try:
-        with open("/proc/net/route", encoding="ascii") as fh:
-            rows = [r.split() for r in fh.read().splitlines()[1:]]
-    except OSError:
-        return None
-    addr = struct.unpack("<I", socket.inet_aton(address))[0]
-    best = None
-    for row in rows:
-        if len(row) < 8:
-            continue
-        dest, mask = int(row[1], 16), int(row[7], 16)
-        if mask and (addr & mask) == dest and (best is None or mask > best[1]):
-            best = (row[0], mask)
-    return best[0] if best else None
+    """Name of the local interface that holds IPv4 `address` (SIOCGIFADDR per interface), or None."""
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == address:
+                return name
+    return None
 
 
 def reach(host, port, timeout=3.0):
@@ -214,6 +196,7 @@ def rank_main(cfg_path, local_rank, backend, nproc):
         _rank_body(cfg, local_rank, backend, nproc, res, out_path)
         res["ok"] = res.get("correct", False)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line in the report
+        __import__("traceback").print_exc()
         res["error"] = one_line(exc)
         if res["phase"] in ("rendezvous", "init") and not res.get("is_master"):
             res["master_reach"] = reach(cfg["master_addr"], int(cfg["master_port"]))
