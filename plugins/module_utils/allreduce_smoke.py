@@ -12,7 +12,6 @@ seconds over n ranks, algbw = S / t and busbw = algbw * 2 (n - 1) / n. Bandwidth
 
 from __future__ import annotations
 
-import os
 import re
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
@@ -343,66 +342,3 @@ def table_lines(result: dict) -> list[str]:
     for item in result.get("warnings", []) + result.get("failures", []):
         lines.append(f"{item['status'].upper()}: {item['detail']} -- fix: {item['fix']}")
     return lines
-
-
-# --------------------------------------------------------------------------- port holder
-_TCP_LISTEN = "0A"
-
-
-def listening_inodes(port: int, tables: list[str]) -> list[str]:
-    """Socket inodes listening on `port` in /proc/net/tcp{,6} texts."""
-    found = []
-    for text in tables:
-        for line in text.splitlines()[1:]:
-            cols = line.split()
-            if len(cols) < 10 or cols[3] != _TCP_LISTEN:
-                continue
-            if int(cols[1].rsplit(":", 1)[1], 16) == port:
-                found.append(cols[9])
-    return found
-
-
-def port_holders(port: int, proc: str = "/proc") -> list[dict]:
-    """Processes listening on TCP `port` on this host: [{pid, name, cmdline}] (pid None if unknown).
-
-    Interim reader until provision.cluster.port_facts (ssh branch) lands; same /proc sources.
-    """
-    tables = []
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(os.path.join(proc, "net", name), encoding="ascii") as fh:
-                tables.append(fh.read())
-        except OSError:
-            pass
-    inodes = set(listening_inodes(port, tables))
-    if not inodes:
-        return []
-    holders = []
-    for pid in (p for p in os.listdir(proc) if p.isdigit()):
-        try:
-            fds = os.listdir(os.path.join(proc, pid, "fd"))
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(os.path.join(proc, pid, "fd", fd))
-            except OSError:
-                continue
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                holders.append({"pid": int(pid), "name": _read(proc, pid, "comm").strip(),
-                                "cmdline": _read(proc, pid, "cmdline").replace("\0", " ").strip()})
-                break
-    return holders or [{"pid": None, "name": "?", "cmdline": ""}]
-
-
-def _read(proc, pid, name):
-    try:
-        with open(os.path.join(proc, pid, name), encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
-
-
-def describe_holders(holders: list[dict]) -> str:
-    return ", ".join(f"pid {h['pid']} ({h['cmdline'][:80] or h['name']})" if h["pid"] else "an unknown process "
-                     "(another user or namespace)" for h in holders)

@@ -122,7 +122,7 @@ pid:
   returned: started
   type: int
 holders:
-  description: Processes listening on the port (C(port_free)).
+  description: Processes holding the port (C(port_free); from module_utils.ports, as port_facts).
   returned: port_free
   type: list
   elements: dict
@@ -168,7 +168,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker
 from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (
-    describe_holders, parse_nccl_log, parse_size, port_holders, summarize, table_lines)
+    parse_nccl_log, parse_size, summarize, table_lines)
+from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
 
 LOG_KEEP = 200          # lines of each rank log returned to the controller
 LOG_INTERESTING = ("WARN", "Error", "error", "Timeout", "timed out", "EADDRINUSE", "refused",
@@ -372,10 +373,12 @@ def report(module, p):
 
 def port_free(module, p):
     _stale_kill(p["run_root"])
-    holders = port_holders(p["port"])
-    if holders:
-        module.fail_json(msg=f"master port {p['port']} is already in use by {describe_holders(holders)}: "
-                             f"stop it or set cluster_master_port to a free port", holders=holders)
+    found = port_facts([p["port"]])[0]
+    if found["held"]:
+        who = "; ".join(f"pid {h['pid']}: {h['cmdline'][:100] or h['name']}" for h in found["processes"])
+        kill = f"kill {' '.join(str(pid) for pid in found['pids'])}" if found["pids"] else "stop it"
+        module.fail_json(msg=f"master port {found['summary']}{f' [{who}]' if who else ''}: {kill}, or set "
+                             f"cluster_master_port to a free port", holders=found["processes"])
     module.exit_json(changed=False, holders=[])
 
 

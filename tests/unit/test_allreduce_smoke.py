@@ -8,8 +8,6 @@ the README there).
 from __future__ import annotations
 
 import json
-import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -213,25 +211,7 @@ def test_summarize_without_results_fails():
     assert result["status"] == "fail" and result["failures"][0]["check"] == "worker"
 
 
-# --------------------------------------------------------------------------- port holder, interfaces
-def test_listening_inodes_on_real_proc_net_tcp():
-    table = text(H100 / "net" / "proc-net-tcp.txt")
-    assert ar.listening_inodes(2024, [table]) == ["6177"]     # 0x07E8 in state 0A (LISTEN)
-    assert ar.listening_inodes(8099, [table]) == []            # 0x1FA3 is only TIME_WAIT rows
-
-
-def test_port_holders_finds_this_process():
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    try:
-        holders = ar.port_holders(srv.getsockname()[1])
-        assert any(h["pid"] == os.getpid() for h in holders)
-        assert "pid" in ar.describe_holders(holders)
-    finally:
-        srv.close()
-
-
+# --------------------------------------------------------------------------- interfaces
 def test_interface_of_loopback():
     assert worker.interface_of("127.0.0.1") == "lo"
     assert worker.interface_of("192.0.2.123") is None
