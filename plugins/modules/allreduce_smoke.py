@@ -148,6 +148,11 @@ result:
   description: The whole verdict (rows, tcp, ratio, failures, warnings, status).
   returned: report
   type: dict
+failure_lines:
+  description: One line per failure cause (host, problem, fix); empty when the run passed.
+  returned: report
+  type: list
+  elements: str
 lines:
   description: The table as lines for the play output.
   returned: report
@@ -367,7 +372,8 @@ def report(module, p):
         module.atomic_move(tmp, p["path"])
         written = True
     # the file is a report of this run, not configuration: no change to the node
-    module.exit_json(changed=False, result=result, lines=lines, written=written,
+    failure_lines = [f"{f['detail']} -- fix: {f['fix']}" for f in result["failures"]]
+    module.exit_json(changed=False, result=result, lines=lines, failure_lines=failure_lines, written=written,
                      ansible_facts={"allreduce_smoke_result": result})
 
 
