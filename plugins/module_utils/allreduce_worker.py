@@ -234,7 +234,7 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
         from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
         params = RendezvousParameters(
             backend="c10d", endpoint=f"{addr}:{port}", run_id=cfg["run_id"], min_nodes=world,
-            max_nodes=world, join_timeout=str(int(rdzv_timeout.total_seconds())),
+            max_nodes=world, local_addr=cfg.get("address"), join_timeout=str(int(rdzv_timeout.total_seconds())),
             read_timeout=str(int(rdzv_timeout.total_seconds())), is_host=str(res["is_master"]).lower(),
             last_call_timeout="1")
         handler = get_rendezvous_handler(params)
