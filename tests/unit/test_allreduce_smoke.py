@@ -8,6 +8,9 @@ the README there).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import pytest
 import helpers  # noqa: F401  (puts collections/ on sys.path)
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_smoke as ar
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker as worker
+from ansible_collections.provision.cluster.plugins.modules import allreduce_smoke as mod
 
 H100 = helpers.FIXTURES / "h100-node"
 FAIL = H100 / "failures"
@@ -222,3 +226,32 @@ def test_worker_one_line_keeps_the_message():
                        "Exception raised from x\nframe #0: y")
     assert worker.one_line(exc).startswith("RuntimeError: [enforce fail")
     assert "bogus0" in worker.one_line(exc)
+
+
+# --------------------------------------------------------------------------- the module's process handling
+def test_kill_group_leaves_no_process_of_the_run():
+    # a supervisor-like leader in its own session with a child that ignores SIGTERM
+    leader = subprocess.Popen([sys.executable, "-c",
+                               "import signal,subprocess,sys,time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+                               "subprocess.Popen([sys.executable,'-c','import signal,time;"
+                               "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)']); time.sleep(60)"],
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(mod._group_pids(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(mod._group_pids(leader.pid)) == 2
+        killed = mod._kill_group(leader.pid)
+        leader.wait(timeout=5)
+        assert leader.pid in killed and len(killed) == 2
+        assert mod._group_pids(leader.pid) == []
+    finally:
+        if leader.poll() is None:
+            leader.kill()
+
+
+def test_excerpt_keeps_interesting_lines_and_the_tail():
+    lines = [f"noise {i}" for i in range(1000)]
+    lines[10] = "vm:1:1 [0] NCCL INFO Using network Socket"
+    out = mod._excerpt("\n".join(lines)).splitlines()
+    assert out[0] == lines[10] and out[-1] == "noise 999" and len(out) == 1 + mod.LOG_KEEP
