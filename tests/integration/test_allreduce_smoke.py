@@ -8,7 +8,6 @@ python_env_path) from a controller wheelhouse, as python_env does, until that ro
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import LAB_INVENTORY, node_exec, run_playbook, tool
+from helpers import node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
@@ -53,26 +52,21 @@ def _install_torch(lab_name: str, node: int, wheelhouse: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab(lab_factory, tmp_path_factory):
+def lab(lab_factory):
     name = f"smk{uuid.uuid4().hex[:4]}"
     made = lab_factory(name, 2)
     wheelhouse = _wheelhouse()
     with ThreadPoolExecutor(2) as pool:   # both nodes at once: ~1 GB of venv each
         list(pool.map(lambda node: _install_torch(name, node, wheelhouse), (1, 2)))
-    # an inventory that names this lab (the lab plugin's lab_name option wins over the env)
-    inv = tmp_path_factory.mktemp("inventory")
-    shutil.copytree(LAB_INVENTORY / "group_vars", inv / "group_vars")
-    (inv / "lab.yml").write_text(f"plugin: provision.cluster.lab\nlab_name: {name}\n")
     status = json.loads(subprocess.run([tool("provision"), "lab", "status", "--name", name, "--json"],
                                        capture_output=True, text=True, check=True).stdout)
-    made.inventory = inv
     made.nodes_info = {n["name"]: n for n in status["nodes"]}
     return made
 
 
 def smoke(lab, **extra_vars):
     start = time.monotonic()
-    res = run_playbook(PLAYBOOK, lab_name=lab.name, inventory=lab.inventory, extra_vars={**QUICK, **extra_vars},
+    res = run_playbook(PLAYBOOK, lab_name=lab.name, extra_vars={**QUICK, **extra_vars},
                        timeout=600)
     res.wall = time.monotonic() - start
     return res
@@ -115,8 +109,18 @@ def test_c10d_rendezvous_and_busbw_threshold(lab):
 
 
 def test_master_port_held_fails_fast_naming_the_holder(lab):
-    holder = node_exec(lab.name, 1, "nohup python3 -c 'import socket,time; s=socket.socket(); "
-                       "s.bind((\"0.0.0.0\", 29500)); s.listen(); time.sleep(300)' >/dev/null 2>&1 & echo $!").stdout.strip()
+    marker = "held-by-smoke-test"
+    subprocess.run(["podman", "exec", "-d", f"{lab.name}-node1", "python3", "-c",
+                    "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29500)); s.listen(); time.sleep(300)",
+                    marker], check=True, timeout=60)
+    holder = ""
+    for _ in range(50):
+        ps = node_exec(lab.name, 1, "ps -eo pid,args").stdout
+        holder = next((ln.split()[0] for ln in ps.splitlines() if marker in ln), "")
+        if holder:
+            break
+        time.sleep(0.2)
+    assert holder, "the listener did not start"
     try:
         time.sleep(1)
         res = smoke(lab)
