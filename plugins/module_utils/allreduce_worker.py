@@ -248,6 +248,13 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
     res["phase"] = "init"
     write_json(out_path, res)
     store = dist.PrefixStore("smoke", store)
+    # who is who, and with which versions, before the process group: a version mismatch between
+    # nodes can break init_process_group itself, and the report must still be able to say so
+    me = {"rank": rank, "host": res["host"], "node_rank": cfg["node_rank"], "local_rank": local_rank,
+          "address": cfg.get("address"), "versions": res["versions"]}
+    store.set(f"hello/{rank}", json.dumps(me))
+    res["peers"] = [json.loads(store.get(f"hello/{r}")) for r in range(world)]
+    write_json(out_path, res)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=float(cfg.get("collective_timeout", 60))))
     try:
@@ -259,11 +266,7 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
 
 
 def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_rank, res, out_path):
-    me = {"rank": rank, "host": res["host"], "node_rank": cfg["node_rank"], "local_rank": local_rank,
-          "address": cfg.get("address"), "versions": res["versions"]}
-    store.set(f"hello/{rank}", json.dumps(me))
-    peers = [json.loads(store.get(f"hello/{r}")) for r in range(world)]
-    res["peers"] = peers
+    peers = res["peers"]
     chunk = int(cfg.get("chunk_bytes") or 0)
 
     def allreduce(t):
