@@ -11,7 +11,7 @@ direction), and their ratio; then the median per variant.
     python benchmarks/allreduce_ratio.py --lab sm --repeat 3
     python benchmarks/allreduce_ratio.py --lab sm --variant baseline --variant tuned --size 128M
 
-Variants (--variant NAME, repeatable; default: baseline and tuned):
+Variants (--variant NAME, repeatable; default: baseline and devices2, the role default):
 """ 
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ WORKER = REPO / "plugins" / "module_utils" / "allreduce_worker.py"
 VARIANTS = {
     "baseline": {"gloo_devices": 1, "chunk_bytes": 0, "threads": 0},
     "devices2": {"gloo_devices": 2, "chunk_bytes": 0, "threads": 0},
+    "devices4": {"gloo_devices": 4, "chunk_bytes": 0, "threads": 0},
     "chunk8m": {"gloo_devices": 1, "chunk_bytes": 8 << 20, "threads": 0},
     "tuned": {"gloo_devices": 2, "chunk_bytes": 8 << 20, "threads": 0},
     "dev2chunk16m": {"gloo_devices": 2, "chunk_bytes": 16 << 20, "threads": 0},
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", action="append", choices=sorted(VARIANTS))
     args = ap.parse_args(argv)
     nodes = lab_nodes(args.lab)
-    names = args.variant or ["baseline", "tuned"]
+    names = args.variant or ["baseline", "devices2"]
     sizes = [parse_size(args.size)]
     runs: dict[str, list[dict]] = {n: [] for n in names}
     print(f"lab {args.lab}: {len(nodes)} nodes, gloo, {args.size}, {args.repeat} repeats, variants {names}")
