@@ -306,11 +306,11 @@ def _ensure_network(net: str, subnet: str, lab: str) -> None:
     podman("network", "create", "--internal", "--subnet", subnet, "--label", f"{LABEL}={lab}", net)
 
 
-def _sshd_password_setup(password: str) -> str:
-    return ("set -e; echo 'root:%s' | chpasswd; "
-            "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
-            "> /etc/ssh/sshd_config.d/00-lab-password.conf; ssh-keygen -A >/dev/null; mkdir -p /run/sshd; "
-            "/usr/sbin/sshd -p 2222") % password
+_SSHD_PASSWORD_SETUP = (
+    "set -e; chpasswd; "
+    "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
+    "> /etc/ssh/sshd_config.d/00-lab-password.conf; ssh-keygen -A >/dev/null; mkdir -p /run/sshd; "
+    "/usr/sbin/sshd -p 2222")
 
 
 def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
@@ -350,9 +350,10 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             "--label", f"{LABEL}={spec.name}", "--label", f"{LABEL_INDEX}={idx}",
             "--label", f"{LABEL_RECIPE}={tag}",
             "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
-            # the side network first: it becomes eth0, the cluster network eth1
-            "--network", f"{side_net}:ip={side}",
-            "--network", f"{spec.name}:ip={addr}",
+            # the side network is eth0, the cluster network eth1 (named: podman attaches the
+            # networks in no fixed order)
+            "--network", f"{side_net}:ip={side},interface_name=eth0",
+            "--network", f"{spec.name}:ip={addr},interface_name=eth1",
             "--no-hosts", "--shm-size", spec.shm_size,
             "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_CHROOT", "--cap-add", "NET_RAW",
             "--cap-add", "SYS_PTRACE",
@@ -362,7 +363,9 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
         podman(*argv)
         started.append(cname)
         if spec.password:
-            podman("exec", cname, "sh", "-c", _sshd_password_setup(spec.password))
+            # the password goes through stdin: never on a command line
+            _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
+                 input_text=f"root:{spec.password}\n")
     if started:
         log(f"started {', '.join(started)}")
     return status(spec.name)
