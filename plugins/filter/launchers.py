@@ -71,7 +71,8 @@ def uniform_slots(nodes):
 def launch_nodes(hosts, hostvars, default_slots=1, master=None):
     """Build the node list from play hosts and their hostvars.
 
-    slots: host var `launchers_slots` if set, else the GPU count from facts (`gpu_count`, or
+    slots: host var `launchers_slots` if set, else host var `slots` (set by the nodelist
+    inventory from a hostfile or PBS node file), else the GPU count from facts (`gpu_count`, or
     `gpu_facts.gpu_count` from the gpu_facts module) when > 0, else `default_slots`.
     The master (default: first host) is rank 0; the others keep inventory order.
     """
@@ -79,6 +80,8 @@ def launch_nodes(hosts, hostvars, default_slots=1, master=None):
     for host in hosts:
         hv = hostvars[host]
         slots = hv.get("launchers_slots")
+        if slots in (None, ""):
+            slots = hv.get("slots")  # from the nodelist inventory (hostfile slots=N, PBS repeats)
         if slots in (None, ""):
             gpus = hv.get("gpu_count")
             if gpus in (None, ""):

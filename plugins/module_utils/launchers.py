@@ -122,8 +122,9 @@ def _rc(rdir):
 def poll_job(runs_dir, run_id, offset=0, wait=0.0, max_bytes=65536):
     """New output since OFFSET, waiting up to WAIT seconds for output or the end of the job.
 
-    Returns {"output", "offset", "running", "rc"}; rc is None while running. A job whose
-    process is gone without an rc file (killed) reports rc -1."""
+    Returns {"output", "offset", "running", "exit_status"}; exit_status is None while running
+    (not `rc`: Ansible would take a non-zero rc for a failed task). A job whose process is gone
+    without an rc file (killed) reports -1."""
     rdir = run_dir(runs_dir, run_id)
     if not os.path.isdir(rdir):
         raise FileNotFoundError("no run %s in %s" % (run_id, runs_dir))
@@ -146,7 +147,7 @@ def poll_job(runs_dir, run_id, offset=0, wait=0.0, max_bytes=65536):
             rc = -1
     more = new_offset < (os.path.getsize(log) if os.path.exists(log) else 0)
     return {"output": data.decode("utf-8", errors="replace"), "offset": new_offset,
-            "running": running or more, "rc": None if (running or more) else rc}
+            "running": running or more, "exit_status": None if (running or more) else rc}
 
 
 def stop_job(runs_dir, run_id, grace=5.0):

@@ -26,7 +26,7 @@ options:
     choices: [started, polled, stopped]
     default: polled
   argv:
-    description: The command (argv list) for C(state=started).
+    description: The command (argv list) for C(state=started); C(~) / C(~user) in the first item is expanded.
     type: list
     elements: str
   chdir:
@@ -79,7 +79,7 @@ running:
   description: Whether the job is still running.
   returned: when state is polled
   type: bool
-rc:
+exit_status:
   description: Exit status of the command once it ended (-1 when killed without status), else null.
   returned: when state is polled
   type: int
@@ -88,6 +88,8 @@ pid:
   returned: when state is started
   type: int
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.launchers import poll_job, start_job, stop_job
@@ -117,7 +119,11 @@ def main():
             module.exit_json(changed=False, skipped=True, msg="check mode: nothing started or stopped")
         if p["state"] == "started":
             env = {k: str(v) for k, v in p["env"].items()}
-            result = start_job(p["runs_dir"], p["run_id"], p["argv"], p["chdir"], env)
+            argv = [os.path.expanduser(p["argv"][0])] + p["argv"][1:]
+            if "/" in argv[0] and not os.access(argv[0], os.X_OK):
+                module.fail_json(msg="%s is missing or not executable: run the launchers stage first "
+                                     "(ansible-playbook site.yml -i INVENTORY --tags launchers)" % argv[0])
+            result = start_job(p["runs_dir"], p["run_id"], argv, p["chdir"], env)
             module.exit_json(changed=True, **result)
         module.exit_json(changed=stop_job(p["runs_dir"], p["run_id"], p["grace"]))
     except (OSError, ValueError) as exc:
