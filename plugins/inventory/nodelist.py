@@ -37,7 +37,7 @@ options:
     choices: [auto, hostfile, slurm, pbs]
   hostfile:
     description: A DeepSpeed/OpenMPI hostfile (relative paths are relative to the config file).
-    type: path
+    type: str
     env:
       - name: PROVISION_HOSTFILE
   nodelist:
@@ -53,7 +53,7 @@ options:
       - name: SLURM_TASKS_PER_NODE
   pbs_nodefile:
     description: A PBS/Torque node file (one line per slot).
-    type: path
+    type: str
     env:
       - name: PBS_NODEFILE
   group:
@@ -155,11 +155,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
 
         base = os.path.dirname(path)
         hostfile = self.get_option("hostfile")
-        if hostfile and not os.path.isabs(hostfile):
-            hostfile = os.path.join(base, hostfile)
+        if hostfile:
+            hostfile = os.path.join(base, os.path.expanduser(hostfile))
+        pbs = self.get_option("pbs_nodefile")
         try:
             kind, nodes = read_nodes(self.get_option("source"), hostfile, self.get_option("nodelist"),
-                                     self.get_option("tasks_per_node"), self.get_option("pbs_nodefile"))
+                                     self.get_option("tasks_per_node"), pbs and os.path.expanduser(pbs))
         except NodeListError as exc:
             raise AnsibleParserError("nodelist inventory %s: %s" % (path, exc)) from None
         env = SandboxedEnvironment()

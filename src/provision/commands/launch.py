@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -51,22 +52,35 @@ def _tool(name: str) -> str:
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("Traceback", "  "))]
     errors = [ln for ln in lines if "ERROR" in ln or "rror" in ln]
-    return (errors or lines or ["(no output)"])[-1]
+    line = (errors or lines or ["(no output)"])[-1]
+    return re.sub(r"^\[(WARNING|ERROR)\]:\s*", "", line)
+
+
+_PLUGIN_ERROR = re.compile(r"Failed to parse inventory with '[^']*' plugin: (.+)")
+
+
+def _inventory_error(stderr: str) -> str:
+    """The inventory plugin's own message (ansible-inventory -v prints it in a warning)."""
+    found = [m.group(1).strip() for m in _PLUGIN_ERROR.finditer(stderr)
+             if "not YAML inventory" not in m.group(1) and "Invalid host pattern" not in m.group(1)]
+    return found[0] if found else _last_line(stderr)
 
 
 def read_inventory(inventory: str | None, group: str, env: dict[str, str]) -> list[str]:
     """Hosts of GROUP in order; LaunchFailure with one line when the inventory is unusable."""
-    argv = [_tool("ansible-inventory"), "--list"] + (["-i", inventory] if inventory else [])
+    argv = [_tool("ansible-inventory"), "--list", "-v"] + (["-i", inventory] if inventory else [])
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False,
                               cwd=str(content_root()))
     except subprocess.TimeoutExpired:
         raise LaunchFailure("inventory: ansible-inventory took more than 120 s") from None
-    if proc.returncode != 0:
-        raise LaunchFailure("inventory %s: %s" % (inventory or "(ansible.cfg)", _last_line(proc.stderr)))
-    data = json.loads(proc.stdout or "{}")
-    if "Unable to parse" in proc.stderr or "No inventory was parsed" in proc.stderr:
-        raise LaunchFailure("inventory %s: %s" % (inventory, _last_line(proc.stderr)))
+    if proc.returncode != 0 or "Unable to parse" in proc.stderr or "No inventory was parsed" in proc.stderr:
+        raise LaunchFailure("inventory %s: %s" % (inventory or "(ansible.cfg)", _inventory_error(proc.stderr)))
+    try:
+        out = proc.stdout
+        data = json.loads(out[out.find("{"):] if "{" in out else "{}")  # -v adds a "Using ... config" line
+    except ValueError:
+        raise LaunchFailure("inventory %s: ansible-inventory printed no JSON" % inventory) from None
     hosts = data.get(group, {}).get("hosts", [])
     if not hosts:
         raise LaunchFailure("inventory %s: group %r has no host (set cluster_group or fix the inventory)"
