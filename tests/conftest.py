@@ -35,6 +35,8 @@ class Lab:
         self.options = options or []
 
     def up(self) -> "Lab":
+        # a fresh lab: nodes left over from an interrupted run are not bare any more
+        lab_cmd("down", lab_name=self.name, check=False)
         lab_cmd("up", "--nodes", str(self.nodes), *self.options, lab_name=self.name)
         return self
 
@@ -56,3 +58,16 @@ def lab_factory():
     yield make
     for lab in made:
         lab.down()
+
+
+@pytest.fixture(scope="session")
+def converged_lab(lab_factory):
+    """A 2-node lab on which site.yml ran once (green). Shared by read-only tests; a test
+    that breaks a node must restore it before it ends."""
+    from helpers import run_playbook
+
+    lab = lab_factory("t-site", nodes=2)
+    first = run_playbook("site.yml", lab_name=lab.name, timeout=1800)
+    assert first.rc == 0, first
+    lab.first_run = first
+    return lab
