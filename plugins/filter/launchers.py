@@ -30,8 +30,15 @@ class LaunchError(ValueError):
     """An input no launcher can use (message names the problem)."""
 
 
+# Scripts find their files next to themselves: `here` is set at the top of every launch script.
+HERE = '"$here"'
+
+
 def _q(arg):
-    return shlex.quote(str(arg))
+    arg = str(arg)
+    if arg.startswith(HERE):
+        return HERE + shlex.quote(arg[len(HERE):])
+    return shlex.quote(arg)
 
 
 def _header(header):
@@ -196,10 +203,11 @@ def colossalai_command(nodes, hostfile, master_addr, master_port=DEFAULT_PORT, s
 
 
 def launch_script(command, header=None, env_file=None):
-    """A small executable sh script: sources the env file (if any), then execs COMMAND "$@"."""
-    lines = ["#!/bin/sh\n", _header(header), "set -e\n"]
+    """A small executable sh script: sets `here` (its own directory), sources ENV_FILE (a name in
+    that directory) if given, then execs COMMAND "$@"."""
+    lines = ["#!/bin/sh\n", _header(header), "set -e\n", 'here=$(cd "$(dirname "$0")" && pwd)\n']
     if env_file:
-        lines.append("set -a\n. %s\nset +a\n" % _q(env_file))
+        lines.append("set -a\n. %s\nset +a\n" % _q(HERE + "/" + env_file))
     lines.append('exec %s "$@"\n' % command)
     return "".join(lines)
 
@@ -294,11 +302,13 @@ def launch_env(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFA
     return _header(header) + "".join("%s=%s\n" % (k, _q(v)) for k, v in values.items())
 
 
-def launch_files(nodes, name, launch_dir, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFAULT_SSH_PORT,
+def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFAULT_SSH_PORT,
                  python="python3", use_gpu=True, header=None, sbatch_directives=None):
-    """Every file of the launch directory for node NAME: {filename: {"content": str, "mode": "0644"}}."""
-    d = launch_dir.rstrip("/")
-    env_file = "%s/launch.env" % d
+    """Every file of the launch directory for node NAME: {filename: {"content": str, "mode": "0644"}}.
+
+    The scripts refer to the files next to them (wherever the directory is)."""
+    d = HERE
+    env_file = "launch.env"
     files = {}
 
     def add(fname, content, mode="0644"):

@@ -60,8 +60,13 @@ def _install_torch(node: int, wheelhouse: Path) -> None:
     if node_exec(LAB, node, f"{VENV}/bin/python -c 'import torch'", check=False).returncode == 0:
         return
     subprocess.run(["podman", "cp", str(wheelhouse), f"{container}:/tmp/wheelhouse"], check=True, timeout=300)
-    node_exec(LAB, node, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-index "
+    node_exec(LAB, node, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-compile --no-index "
                          f"--find-links /tmp/wheelhouse torch==2.13.0 && rm -rf /tmp/wheelhouse", timeout=600)
+
+
+def _lab_status() -> dict:
+    return json.loads(subprocess.run([tool("provision"), "lab", "status", "--name", LAB, "--json"],
+                                     capture_output=True, text=True, check=True, timeout=120).stdout)
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +75,13 @@ def lab(lab_factory):
     wheelhouse = _wheelhouse()
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda n: _install_torch(n, wheelhouse), (1, 2)))
+    # Node names must resolve to cluster addresses (c10d checks whether the endpoint is this host,
+    # gloo binds to the host name's address). The ssh_mesh role writes these /etc/hosts entries
+    # in site.yml; this module runs the launchers stage alone, so it writes them itself.
+    hosts = "".join(f"{n['address']} {n['name']}\n" for n in _lab_status()["nodes"])
     for node in (1, 2):
-        node_exec(LAB, node, f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF\ncat > /tmp/fail.py <<'EOF'\n{FAIL}EOF")
+        node_exec(LAB, node, f"grep -q ' node1$' /etc/hosts || printf '{hosts}' >> /etc/hosts; "
+                             f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF\ncat > /tmp/fail.py <<'EOF'\n{FAIL}EOF")
     return lab
 
 
@@ -161,9 +171,7 @@ def test_provision_launch_usage_errors_exit_2(tmp_path):
 
 
 def _nodelist_inventory(tmp_path: Path, body: str) -> Path:
-    status = json.loads(subprocess.run([tool("provision"), "lab", "status", "--name", LAB, "--json"],
-                                       capture_output=True, text=True, check=True, timeout=120).stdout)
-    subnet = status["nodes"][0]["address"].rsplit(".", 1)[0]
+    subnet = _lab_status()["nodes"][0]["address"].rsplit(".", 1)[0]
     cfg = tmp_path / "lab.nodelist.yml"
     cfg.write_text(body + f"""
 address_template: "{subnet}.{{{{ number + 10 }}}}"

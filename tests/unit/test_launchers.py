@@ -85,7 +85,7 @@ def test_torchrun_static_differs_per_node_and_c10d_is_identical():
     assert argv[:3] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"]
     assert "--rdzv-backend=c10d" in argv and "--rdzv-endpoint=10.89.77.11:29400" in argv
     assert [a for a in argv if a.startswith("--rdzv-id=")] == ["--rdzv-id=" + L.rdzv_id(ns, 29400)]
-    files = [L.launch_files(ns, n, "/root/.provision/launch", "10.89.77.11") for n in ("node1", "node2")]
+    files = [L.launch_files(ns, n, "10.89.77.11") for n in ("node1", "node2")]
     assert files[0]["torchrun-c10d.sh"] == files[1]["torchrun-c10d.sh"]
     assert files[0]["torchrun-static.sh"] != files[1]["torchrun-static.sh"]
 
@@ -93,12 +93,12 @@ def test_torchrun_static_differs_per_node_and_c10d_is_identical():
 def test_c10d_refuses_uneven_slots():
     with pytest.raises(L.LaunchError, match="slots differ: node1=2, node2=1"):
         L.torchrun_c10d_command(nodes(2, 1), "10.0.0.1")
-    files = L.launch_files(nodes(2, 1), "node1", "/d", "10.0.0.1")
+    files = L.launch_files(nodes(2, 1), "node1", "10.0.0.1")
     assert "torchrun-c10d.sh" not in files and "torchrun-static.sh" in files
 
 
 def test_scripts_are_executable_sh_that_pass_arguments(tmp_path):
-    files = L.launch_files(nodes(1, 1), "node2", str(tmp_path), "10.0.0.1", header="managed")
+    files = L.launch_files(nodes(1, 1), "node2", "10.0.0.1", header="managed")
     for name, spec in files.items():
         (tmp_path / name).write_text(spec["content"])
         os.chmod(tmp_path / name, int(spec["mode"], 8))
@@ -158,9 +158,9 @@ def test_hccl_rank_table_matches_the_seed_format():
     second = table["server_list"][1]["device"]
     assert second[0] == {"device_id": "0", "device_ip": "192.168.101.101", "rank_id": "8"}
     assert sorted(table) == ["server_count", "server_list", "status", "version"]
-    files = L.launch_files(nodes(8, 8, ips=ips), "node1", "/d", "10.0.0.1")
+    files = L.launch_files(nodes(8, 8, ips=ips), "node1", "10.0.0.1")
     assert json.loads(files["hccl_rank_table.json"]["content"]) == table
-    assert "hccl_rank_table.json" not in L.launch_files(nodes(8, 8), "node1", "/d", "10.0.0.1")
+    assert "hccl_rank_table.json" not in L.launch_files(nodes(8, 8), "node1", "10.0.0.1")
 
 
 def test_hccl_needs_ips_on_every_node():
