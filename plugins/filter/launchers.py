@@ -181,11 +181,13 @@ def torchrun_c10d_command(nodes, master_addr, master_port=DEFAULT_PORT, python="
 
 
 def deepspeed_command(nodes, hostfile, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFAULT_SSH_PORT,
-                      launcher="pdsh"):
-    """`deepspeed --hostfile ...` run on the master; DeepSpeed reaches the others over pdsh."""
+                      launcher="pdsh", python="python3"):
+    """The `deepspeed` runner (as `PYTHON -m deepspeed.launcher.runner`, so the venv's own) on the
+    master over our hostfile; it reaches the others over pdsh, ssh on the cluster port."""
     _check(nodes)
-    return ("deepspeed --hostfile=%s --master_addr=%s --master_port=%d --ssh_port=%d --launcher=%s"
-            % (_q(hostfile), _q(master_addr), int(master_port), int(ssh_port), launcher))
+    return ("%s -m deepspeed.launcher.runner --hostfile=%s --master_addr=%s --master_port=%d --ssh_port=%d"
+            " --launcher=%s" % (_q(python), _q(hostfile), _q(master_addr), int(master_port), int(ssh_port),
+                                launcher))
 
 
 def mpirun_command(nodes, hostfile, ssh_port=DEFAULT_SSH_PORT):
@@ -323,7 +325,8 @@ def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DE
     add("hostfile.colossalai", colossalai_hostfile(nodes))
     add("accelerate.yaml", accelerate_config(nodes, name, master_addr, master_port, use_gpu, header=header))
     script("torchrun-static.sh", torchrun_static_command(nodes, name, master_addr, master_port, python))
-    script("deepspeed.sh", deepspeed_command(nodes, d + "/hostfile.deepspeed", master_addr, master_port, ssh_port))
+    script("deepspeed.sh", deepspeed_command(nodes, d + "/hostfile.deepspeed", master_addr, master_port, ssh_port,
+                                             python=python))
     script("mpirun.sh", mpirun_command(nodes, d + "/hostfile.mpi", ssh_port))
     script("horovodrun.sh", horovodrun_command(nodes, ssh_port))
     script("accelerate.sh", "accelerate launch --config_file %s" % _q(d + "/accelerate.yaml"))

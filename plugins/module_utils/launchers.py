@@ -70,8 +70,9 @@ def start_job(runs_dir, run_id, argv, chdir=None, env=None):
     full_env["PROVISION_RUN_DIR"] = rdir
     full_env["PYTHONUNBUFFERED"] = "1"
     with open(os.path.join(rdir, "out.log"), "wb") as log, open(os.devnull, "rb") as null:
+        # default: the user's home (the module's own cwd is a temporary directory Ansible removes)
         proc = subprocess.Popen(["/bin/sh", "-c", _WRAPPER, "sh"] + list(argv), stdin=null, stdout=log,
-                                stderr=subprocess.STDOUT, cwd=chdir or None, env=full_env,
+                                stderr=subprocess.STDOUT, cwd=chdir or os.path.expanduser("~"), env=full_env,
                                 start_new_session=True, close_fds=True)
     with open(os.path.join(rdir, "pid"), "w", encoding="ascii") as handle:
         handle.write("%d\n" % proc.pid)

@@ -30,7 +30,7 @@ options:
     type: list
     elements: str
   chdir:
-    description: Working directory of the command.
+    description: Working directory of the command (default the user's home).
     type: path
   env:
     description: Extra environment variables of the command.

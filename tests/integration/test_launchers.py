@@ -8,6 +8,7 @@ once (cached) and installed into a venv on each node, as the python_env role wil
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +25,9 @@ LAB = "ln"
 VENV = "/opt/ln-venv"
 LAUNCH_DIR = "/root/.provision/launch"
 WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"
+DS_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-deepspeed"
+DEEPSPEED = "deepspeed==0.19.8"
+DS_DEPS = ["hjson", "ninja", "msgpack", "psutil", "py-cpuinfo", "pydantic", "tqdm", "einops", "packaging", "numpy"]
 
 PROBE = """\
 import os, socket, torch, torch.distributed as dist
@@ -32,7 +36,7 @@ rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.tensor([rank + 1.0])
 dist.all_reduce(t)
 print("PROBE host=%s rank=%d world=%d group_rank=%s sum=%d" % (socket.gethostname(), rank, world,
-      os.environ["GROUP_RANK"], int(t.item())), flush=True)
+      os.environ.get("GROUP_RANK", "-"), int(t.item())), flush=True)
 dist.destroy_process_group()
 """
 
@@ -61,7 +65,7 @@ def _install_torch(node: int, wheelhouse: Path) -> None:
         return
     subprocess.run(["podman", "cp", str(wheelhouse), f"{container}:/tmp/wheelhouse"], check=True, timeout=300)
     node_exec(LAB, node, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-compile --no-index "
-                         f"--find-links /tmp/wheelhouse torch==2.13.0 && rm -rf /tmp/wheelhouse", timeout=600)
+                         f"--find-links /tmp/wheelhouse torch==2.13.0 numpy && rm -rf /tmp/wheelhouse", timeout=600)
 
 
 def _lab_status() -> dict:
@@ -215,3 +219,61 @@ def test_check_mode_changes_nothing(rendered):
                        timeout=600)
     assert res.rc == 0 and "junk" not in _read(2, "hostfile.mpi")
 
+
+
+# ---- DeepSpeed's own runner over pdsh, with our hostfile -----------------------------------
+
+def _deepspeed_wheelhouse() -> Path:
+    """DeepSpeed has no wheel on PyPI: build one from the sdist (no ops: DS_BUILD_OPS=0), plus its deps."""
+    if not list(DS_WHEELHOUSE.glob("deepspeed-*.whl")):
+        pytest.importorskip("torch", reason="building the DeepSpeed wheel needs torch==2.13.0 in the test venv")
+        DS_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "DS_BUILD_OPS": "0"}
+        for argv in (["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(DS_WHEELHOUSE), DEEPSPEED],
+                     ["download", "-q", "--only-binary", ":all:", "-d", str(DS_WHEELHOUSE), *DS_DEPS]):
+            proc = subprocess.run([sys.executable, "-m", "pip", *argv], capture_output=True, text=True,
+                                  timeout=900, env=env)
+            if proc.returncode != 0:
+                pytest.skip(f"cannot make a DeepSpeed wheelhouse here: {proc.stderr[-300:]}")
+    return DS_WHEELHOUSE
+
+
+def _ssh_mesh(nodes: list[dict]) -> None:
+    """What sshd + ssh_mesh do in site.yml, by hand: sshd on 2222, a key pair per node (made on the
+    node), every public key authorized everywhere, real host keys in known_hosts, `ssh nodeN`
+    configured for port 2222. No host-key checking is turned off."""
+    pubs, hostkeys = [], []
+    for n in nodes:
+        out = node_exec(LAB, n["index"], "set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd /root/.ssh; "
+                                         "chmod 700 /root/.ssh; pgrep -x sshd >/dev/null || /usr/sbin/sshd -p 2222; "
+                                         "test -f /root/.ssh/id_ed25519 || "
+                                         "ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519; "
+                                         "cat /root/.ssh/id_ed25519.pub; cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub"
+                        ).stdout.splitlines()
+        pubs.append(out[0])
+        hostkeys.append(f"[{n['name']}]:2222,[{n['address']}]:2222 {out[1]}")
+    config = "".join(f"Host {n['name']}\n  HostName {n['address']}\n  Port 2222\n  User root\n"
+                     f"  IdentityFile /root/.ssh/id_ed25519\n" for n in nodes)
+    files = {"authorized_keys": "\n".join(pubs) + "\n", "known_hosts": "\n".join(hostkeys) + "\n", "config": config}
+    for n in nodes:
+        for name, text in files.items():
+            node_exec(LAB, n["index"], f"cat > /root/.ssh/{name} <<'EOF'\n{text}EOF\nchmod 600 /root/.ssh/{name}")
+
+
+def test_deepspeed_runner_over_pdsh_with_our_hostfile(rendered):
+    wheelhouse = _deepspeed_wheelhouse()
+    nodes = _lab_status()["nodes"]
+    for n in nodes:
+        subprocess.run(["podman", "cp", str(wheelhouse), f"{LAB}-node{n['index']}:/tmp/whds"], check=True, timeout=300)
+        node_exec(LAB, n["index"], f"{VENV}/bin/pip install -q --no-compile --no-index --find-links /tmp/whds "
+                                   f"--find-links /tmp/whds {DEEPSPEED} && rm -rf /tmp/whds", timeout=600)
+    _ssh_mesh(nodes)
+    node_exec(LAB, 1, "ssh -o BatchMode=yes node2 true && pdsh -R ssh -w node1,node2 true", timeout=60)
+    # `provision launch --launcher deepspeed` starts deepspeed.sh on the master only: DeepSpeed's
+    # runner reads our hostfile and starts both ranks over pdsh (ssh on 2222)
+    proc = _launch("--launcher", "deepspeed", "--timeout", "240", "--", "/tmp/probe.py")
+    seen = _probe_lines(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Running on the following workers: node1,node2" in proc.stdout
+    assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
+        ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], proc.stdout[-3000:]
