@@ -85,7 +85,7 @@ def parse_slurm_nodelist(nodelist, tasks_per_node=None):
                                 % (tasks_per_node, len(counts), len(names)))
         slots = counts
     nodes = {}
-    for name, count in zip(names, slots):
+    for name, count in zip(names, slots, strict=True):
         _add(nodes, name, count)
     return list(nodes.items())
 

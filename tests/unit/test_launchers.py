@@ -20,9 +20,9 @@ from ansible_collections.provision.cluster.plugins.module_utils import launchers
 def nodes(*slots, names=None, ips=None):
     names = names or ["node%d" % (i + 1) for i in range(len(slots))]
     hostvars = {n: {"cluster_address": "10.89.77.%d" % (11 + i), "launchers_slots": s}
-                for i, (n, s) in enumerate(zip(names, slots))}
+                for i, (n, s) in enumerate(zip(names, slots, strict=True))}
     if ips:
-        for n, devs in zip(names, ips):
+        for n, devs in zip(names, ips, strict=True):
             hostvars[n]["launchers_hccl_device_ips"] = devs
     return L.launch_nodes(names, hostvars)
 

@@ -87,7 +87,7 @@ def deepspeed_runner():
 def nodes(*slots):
     names = ["node%d" % (i + 1) for i in range(len(slots))]
     hostvars = {n: {"cluster_address": "10.89.77.%d" % (11 + i), "launchers_slots": s}
-                for i, (n, s) in enumerate(zip(names, slots))}
+                for i, (n, s) in enumerate(zip(names, slots, strict=True))}
     return L.launch_nodes(names, hostvars)
 
 
