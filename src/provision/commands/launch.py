@@ -185,10 +185,9 @@ def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, p
         hosts = read_inventory(inventory, group, env)
     except LaunchFailure as exc:
         _usage(str(exc))
-    master = hosts[0]
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     play = Play(inventory, group, run_id, env, extra={"launch_on": where, **extra})
-    sys.exit(_drive(play, hosts if where == "all" else [master], script, list(program), chdir, timeout, poll_wait))
+    sys.exit(_drive(play, hosts, script, list(program), chdir, timeout, poll_wait))
 
 
 def _usage(message: str) -> None:
@@ -206,17 +205,22 @@ def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir:
         args = {"launch_script": script, "launch_args": program}
         if chdir:
             args["launch_chdir"] = chdir
-        click.echo("provision launch: run %s on %s" % (play.run_id, ", ".join(hosts)), err=True)
+        click.echo("provision launch: run %s (%s)" % (play.run_id, "master only" if play.extra.get("launch_on") ==
+                                                       "master" else ", ".join(hosts)), err=True)
         results = play.run("start", step, **args)
+        # where it started: every node, or only the master (cluster_master) for launchers that
+        # reach the others themselves; the play decides, we follow its results
         started = [h for h in hosts if h in results and not _problem(results[h])]
-        failed = {h: _problem(results[h]) if h in results else "not started" for h in hosts if h not in started}
+        failed = {h: _problem(results[h]) for h in hosts if h in results and h not in started}
+        if not results:
+            failed = {h: "not started" for h in hosts}
         if failed:
             for host, why in failed.items():
                 click.echo("provision launch: %s: %s" % (host, why), err=True)
             _stop(play, started, step)
             return EXIT_FAILED
-        offsets = {h: 0 for h in hosts}
-        running = set(hosts)
+        offsets = {h: 0 for h in started}
+        running = set(started)
         codes: dict[str, int] = {}
         while running:
             if time.monotonic() > deadline:
@@ -255,7 +259,7 @@ def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir:
             click.echo("provision launch: failed on %s" % ", ".join("%s (exit %d)" % kv for kv in bad.items()),
                        err=True)
             return EXIT_FAILED
-        click.echo("provision launch: run %s succeeded on %d node(s)" % (play.run_id, len(hosts)), err=True)
+        click.echo("provision launch: run %s succeeded on %d node(s)" % (play.run_id, len(started)), err=True)
         return EXIT_OK
     except LaunchFailure as exc:
         click.echo("provision launch: %s" % exc, err=True)
