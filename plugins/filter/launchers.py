@@ -342,25 +342,20 @@ def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DE
 
 
 class FilterModule:
+    """The renderers usable in templates (each documented in plugins/filter/<name>.yml); the
+    other functions here are their building blocks."""
+
     def filters(self):
         return {
             "launch_nodes": launch_nodes,
             "launch_files": launch_files,
-            "node_rank": node_rank,
-            "total_slots": total_slots,
-            "rdzv_id": rdzv_id,
             "deepspeed_hostfile": deepspeed_hostfile,
             "mpi_hostfile": mpi_hostfile,
             "colossalai_hostfile": colossalai_hostfile,
             "horovodrun_command": horovodrun_command,
             "torchrun_static_command": torchrun_static_command,
             "torchrun_c10d_command": torchrun_c10d_command,
-            "deepspeed_command": deepspeed_command,
-            "mpirun_command": mpirun_command,
-            "colossalai_command": colossalai_command,
-            "launch_script": launch_script,
             "accelerate_config": accelerate_config,
             "sbatch_script": sbatch_script,
             "hccl_rank_table": hccl_rank_table,
-            "launch_env": launch_env,
         }
