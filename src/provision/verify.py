@@ -1,0 +1,344 @@
+"""`provision verify`: run playbooks/verify.yml read-only and turn its results into one document.
+
+The checks themselves are the collection's modules (one implementation each, shared with the
+roles); this module only runs ansible-playbook, follows its progress, and builds the stable JSON
+document described in the README ("provision verify --json").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision import paths
+
+SCHEMA_VERSION = 1
+STATUSES = ("pass", "fail", "warn", "skip")
+
+# --check NAME -> what it covers. Each name is the tag verify_<name> of its task(s) in
+# playbooks/verify.yml (a unit test keeps the two in step). "reach" always runs.
+CHECKS: dict[str, str] = {
+    "reach": "node reachable from the controller",
+    "sshd": "sshd listening on the cluster port (sshd_port)",
+    "ports": "rendezvous and cluster ports free or held by the expected process",
+    "mesh": "SSH mesh N x N including self (BatchMode, real host keys)",
+    "pdsh": "pdsh present and reaching every node",
+    "env": "the ~/.bashrc env block seen by non-interactive ssh",
+    "gcc": "GCC >= gcc_min_version",
+    "gpu": "GPU / driver / CUDA toolkit consistency",
+    "versions": "python / torch / CUDA / NCCL versions equal across nodes",
+    "nccl": "NCCL interface exists, is up and reaches every peer; IB HCAs active",
+    "runtime": "/dev/shm, memlock, nofile, ssh lands on the right node",
+    "smoke": "all-reduce smoke test across all nodes (only with --smoke)",
+}
+ALWAYS = ("reach",)
+CHECK_TITLES = {"reach": "node reachable"}
+
+
+class VerifyError(Exception):
+    """A usage or inventory problem (exit code 2), told in one line."""
+
+
+@dataclass
+class Run:
+    """What ansible-playbook gave back."""
+
+    raw: dict[str, Any] | None
+    rc: int
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    no_hosts: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- running the playbook
+
+def resolve_inventory(inventory: str | None) -> str:
+    if not inventory:
+        raise VerifyError("no inventory: give -i PATH (e.g. -i inventory/lab/)")
+    if "," in inventory and not os.path.exists(inventory):
+        return inventory  # an Ansible host list such as "node1,node2,"
+    path = Path(inventory).expanduser()
+    if not path.exists():
+        raise VerifyError(f"inventory {inventory} does not exist")
+    return str(path.resolve())
+
+
+def select_checks(names: tuple[str, ...] | list[str], smoke: bool) -> list[str]:
+    """The check names to run, in CHECKS order; raises VerifyError on an unknown name."""
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise VerifyError(f"unknown check {', '.join(unknown)}; known: {', '.join(CHECKS)}")
+    wanted = set(names) if names else set(CHECKS) - {"smoke"}
+    if smoke:
+        wanted.add("smoke")
+    wanted.update(ALWAYS)
+    return [n for n in CHECKS if n in wanted]
+
+
+def build_command(inventory: str, *, checks: list[str], limit: str | None = None,
+                  extra_vars: list[str] | None = None, all_checks: bool = False
+                  ) -> tuple[list[str], dict[str, str]]:
+    """argv and environment for ansible-playbook on playbooks/verify.yml."""
+    root = paths.content_root()
+    playbook = root / "playbooks" / "verify.yml"
+    argv = [_ansible_playbook(), str(playbook), "-i", inventory]
+    if limit:
+        argv += ["--limit", limit]
+    if not all_checks:
+        argv += ["--tags", ",".join(["verify_report"] + [f"verify_{n}" for n in checks])]
+    argv += ["-e", json.dumps({"verify_fail_on_error": False, "verify_smoke": "smoke" in checks})]
+    for ev in extra_vars or []:
+        argv += ["-e", ev]
+    env = paths.ansible_env({
+        "ANSIBLE_STDOUT_CALLBACK": "provision.cluster.verify_events",
+        # replaces the profile_tasks timing callback of ansible.cfg: stdout carries JSON lines only
+        "ANSIBLE_CALLBACKS_ENABLED": "provision.cluster.verify_events",
+        "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+        "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+    })
+    return argv, env
+
+
+def _ansible_playbook() -> str:
+    import shutil
+    import sys
+
+    local = Path(sys.executable).parent / "ansible-playbook"
+    return str(local) if local.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
+
+
+def run_playbook(argv: list[str], env: dict[str, str], *, timeout: float = 300,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> Run:
+    """Run ansible-playbook with the verify_events callback, following its JSON lines."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile(mode="w+") as err:
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                    cwd=str(paths.content_root()), start_new_session=True)
+        except OSError as exc:
+            raise VerifyError(f"cannot run {argv[0]}: {exc}") from exc
+        raw = None
+        no_hosts = False
+        events: list[dict[str, Any]] = []
+        timed_out = False
+        deadline = start + timeout
+
+        def _kill(*_a):
+            nonlocal timed_out
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+        import threading
+
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), _kill)
+        timer.daemon = True
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                kind = event.get("event")
+                if kind == "report":
+                    raw = event.get("report")
+                    continue
+                if kind == "no_hosts":
+                    no_hosts = True
+                events.append(event)
+                if on_event:
+                    on_event(event)
+            rc = proc.wait()
+        finally:
+            timer.cancel()
+        err.seek(0)
+        stderr = err.read()
+    return Run(raw=raw, rc=rc, stderr=stderr, duration_s=time.monotonic() - start,
+               timed_out=timed_out, no_hosts=no_hosts, events=events)
+
+
+def error_line(stderr: str) -> str:
+    """The first error Ansible printed, as one line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in lines:
+        for prefix in ("[ERROR]:", "ERROR!"):
+            if ln.startswith(prefix):
+                return ln[len(prefix):].strip()
+    for ln in lines:
+        if not ln.startswith("[WARNING]"):
+            return ln
+    return lines[-1] if lines else "ansible-playbook gave no result"
+
+
+# ---------------------------------------------------------------- the document
+
+def _first_line(text: Any) -> str:
+    text = "" if text is None else str(text)
+    return text.strip().splitlines()[0].strip() if text.strip() else ""
+
+
+def _check(node: str, check: str, status: str, detail: str = "", fix: str = "") -> dict[str, str]:
+    if status not in STATUSES:
+        status = "fail"
+    return {"node": node, "check": check, "status": status, "detail": _first_line(detail),
+            "fix": _first_line(fix)}
+
+
+def _unreachable_fix(node: str, entry: dict[str, Any]) -> str:
+    conn = str(entry.get("connection") or "ssh")
+    host = entry.get("host") or node
+    if conn.endswith("podman") or conn.endswith("docker"):
+        return f"start the container: {conn.rsplit('.', 1)[-1]} start {host}"
+    port = f"-p {entry['port']} " if entry.get("port") else ""
+    user = f"{entry['user']}@" if entry.get("user") else ""
+    return (f"bring {node} up and make `ssh {port}{user}{host} true` work from here "
+            f"(sshd down? ansible-playbook site.yml --tags sshd --limit {node})")
+
+
+def _module_checks(node: str, name: str, result: dict[str, Any]) -> list[dict[str, str]]:
+    """The checks one registered task result carries (the cross-role contract), or one failure."""
+    title = CHECK_TITLES.get(name, name)
+    if result.get("skipped"):
+        return []
+    if result.get("unreachable"):
+        return [_check(node, title, "fail", result.get("msg") or "unreachable",
+                       f"make {node} reachable and re-run")]
+    found: list[dict[str, Any]] = []
+    if isinstance(result.get("checks"), list):
+        found = [c for c in result["checks"] if isinstance(c, dict)]
+    elif isinstance(result.get("check"), str):
+        found = [result]
+    if found:
+        return [_check(node, c.get("check") or title, c.get("status", "fail"), c.get("detail", ""),
+                       c.get("fix", "")) for c in found]
+    if result.get("failed"):
+        msg = result.get("msg") or result.get("module_stderr") or "the check failed"
+        return [_check(node, title, "fail", msg, f"see `provision verify --check {name} -v`")]
+    return []
+
+
+def _mesh(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """N x N: matrix[src][dst] = {"ok": bool, "error": str} from each node's mesh result."""
+    matrix: dict[str, dict[str, dict[str, Any]]] = {}
+    for src in order:
+        res = raw_nodes.get(src, {}).get("results", {}).get("mesh")
+        if not isinstance(res, dict) or res.get("skipped") or "matrix" not in res and "row" not in res:
+            continue
+        row = res.get("row") or (res.get("matrix") or {}).get(src) or {}
+        matrix[src] = {dst: {"ok": bool(cell.get("ok")), "error": _first_line(cell.get("error"))}
+                       for dst, cell in row.items() if isinstance(cell, dict)}
+    return {"ran": bool(matrix), "nodes": [n for n in order if n in matrix], "matrix": matrix}
+
+
+def _versions(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """versions[node][field] and the fields whose value is not the same on every node."""
+    table: dict[str, dict[str, str]] = {}
+    for node in order:
+        res = raw_nodes.get(node, {}).get("results", {}).get("versions")
+        if not isinstance(res, dict) or res.get("skipped"):
+            continue
+        values = res.get("versions")
+        if isinstance(values, dict):
+            table[node] = {k: "" if v is None else str(v) for k, v in values.items()}
+    fields: list[str] = []
+    for values in table.values():
+        fields += [k for k in values if k not in fields]
+    differing = [f for f in fields if len({table[n].get(f, "") for n in table}) > 1]
+    return {"ran": bool(table), "fields": fields, "nodes": table, "differing": differing}
+
+
+def _allreduce(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    for node in order:
+        res = raw_nodes.get(node, {}).get("results", {}).get("smoke")
+        if isinstance(res, dict) and not res.get("skipped"):
+            report = res.get("allreduce") or res.get("smoke") or {}
+            if isinstance(report, dict) and report:
+                return {"ran": True, **report}
+    return {"ran": False}
+
+
+def build_document(raw: dict[str, Any], *, selected: list[str], inventory: str = "",
+                   limit: str | None = None, duration_s: float | None = None) -> dict[str, Any]:
+    """The stable `provision verify --json` document from the playbook's raw results."""
+    order = list(raw.get("hosts") or [])
+    raw_nodes = raw.get("nodes") or {}
+    nodes: list[dict[str, Any]] = []
+    checks: list[dict[str, str]] = []
+    for node in order:
+        entry = raw_nodes.get(node) or {}
+        address = str(entry.get("address") or node)
+        results = entry.get("results") or {}
+        reach = results.get("reach") or {}
+        reachable = bool(reach) and not reach.get("unreachable") and not reach.get("failed")
+        nodes.append({"name": node, "address": address, "reachable": reachable})
+        if not reachable:
+            detail = reach.get("msg") if reach else "no result from this node"
+            checks.append(_check(node, CHECK_TITLES["reach"], "fail", detail,
+                                 _unreachable_fix(node, entry)))
+            continue
+        checks.append(_check(node, CHECK_TITLES["reach"], "pass", f"{address} answers"))
+        for name in selected:
+            if name in ALWAYS or name not in results:
+                continue
+            checks.extend(_module_checks(node, name, results[name]))
+    versions = _versions(raw_nodes, order)
+    ok = all(c["status"] != "fail" for c in checks)
+    summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
+    return {
+        "schema": SCHEMA_VERSION,
+        "ok": ok,
+        "inventory": inventory,
+        "limit": limit,
+        "selected": selected,
+        "duration_s": None if duration_s is None else round(duration_s, 2),
+        "summary": summary,
+        "nodes": nodes,
+        "checks": checks,
+        "mesh": _mesh(raw_nodes, order),
+        "versions": versions,
+        "allreduce": _allreduce(raw_nodes, order),
+    }
+
+
+def exit_code(document: dict[str, Any]) -> int:
+    return 0 if document.get("ok") else 1
+
+
+def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), limit: str | None = None,
+           smoke: bool = False, extra_vars: list[str] | None = None, timeout: float = 300,
+           on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the checks and return the document; raises VerifyError for usage/inventory problems."""
+    inv = resolve_inventory(inventory)
+    selected = select_checks(list(checks), smoke)
+    argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars,
+                              all_checks=not checks)
+    run = run_playbook(argv, env, timeout=timeout, on_event=on_event)
+    if run.timed_out:
+        raise TimeoutError(f"verify did not finish within {timeout:.0f} s (ansible-playbook was stopped)")
+    if run.raw is None:
+        if run.no_hosts or "no hosts" in run.stderr.lower():
+            where = f" matching --limit {limit}" if limit else ""
+            raise VerifyError(f"inventory {inventory} has no host in group cluster{where}")
+        raise VerifyError(f"inventory {inventory}: {error_line(run.stderr)}")
+    return build_document(run.raw, selected=selected, inventory=inventory or "", limit=limit,
+                          duration_s=run.duration_s)
