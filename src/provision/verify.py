@@ -194,7 +194,8 @@ def error_line(stderr: str) -> str:
 
 def _first_line(text: Any) -> str:
     text = "" if text is None else str(text)
-    return text.strip().splitlines()[0].strip() if text.strip() else ""
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    return line.removeprefix("Task failed: ")
 
 
 def _check(node: str, check: str, status: str, detail: str = "", fix: str = "") -> dict[str, str]:
@@ -226,6 +227,8 @@ def _module_checks(node: str, name: str, result: dict[str, Any]) -> list[dict[st
     found: list[dict[str, Any]] = []
     if isinstance(result.get("checks"), list):
         found = [c for c in result["checks"] if isinstance(c, dict)]
+    elif isinstance(result.get("check"), dict):
+        found = [result["check"]]
     elif isinstance(result.get("check"), str):
         found = [result]
     if found:

@@ -1,0 +1,206 @@
+"""provision verify: the document built from recorded playbook results, the CLI and its exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from helpers import REPO
+
+from provision import verify as core
+from provision.cli import cli
+
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "verify"
+
+
+def recorded(name: str) -> dict:
+    return json.loads((RECORDED / name).read_text())
+
+
+def playbook_tags() -> set[str]:
+    plays = yaml.safe_load((REPO / "playbooks" / "verify.yml").read_text())
+    tags: set[str] = set()
+    for play in plays:
+        for task in play.get("tasks", []):
+            tags.update(task.get("tags", []))
+    return tags
+
+
+# ---------------------------------------------------------------- checks and playbook in step
+
+def test_every_check_name_is_a_tag_of_the_playbook():
+    tags = playbook_tags()
+    missing = [n for n in core.CHECKS if f"verify_{n}" not in tags]
+    assert not missing, f"CHECKS without a verify_<name> task in playbooks/verify.yml: {missing}"
+    assert "verify_report" in tags
+
+
+def test_every_check_task_of_the_playbook_is_read_only():
+    plays = yaml.safe_load((REPO / "playbooks" / "verify.yml").read_text())
+    for task in plays[0]["tasks"]:
+        action = next(k for k in task if k.startswith(("provision.cluster.", "ansible.builtin.")))
+        if action.startswith("provision.cluster."):
+            assert task.get("check_mode") is True, f"{task['name']} must run with check_mode: true"
+
+
+def test_select_checks_orders_and_always_has_reach():
+    assert core.select_checks(["mesh", "gcc"], smoke=False) == ["reach", "mesh", "gcc"]
+    assert "smoke" not in core.select_checks([], smoke=False)
+    assert core.select_checks([], smoke=True)[-1] == "smoke"
+    with pytest.raises(core.VerifyError, match="unknown check nope; known: reach"):
+        core.select_checks(["nope"], smoke=False)
+
+
+def test_build_command_tags_limit_and_vars(tmp_path):
+    argv, env = core.build_command(str(tmp_path), checks=["reach", "mesh"], limit="node1",
+                                   extra_vars=["gcc_min_version=11"])
+    assert argv[1].endswith("playbooks/verify.yml")
+    assert argv[argv.index("--limit") + 1] == "node1"
+    assert argv[argv.index("--tags") + 1] == "verify_report,verify_reach,verify_mesh"
+    assert "gcc_min_version=11" in argv
+    assert json.loads(argv[argv.index("-e") + 1]) == {"verify_fail_on_error": False, "verify_smoke": False}
+    assert env["ANSIBLE_STDOUT_CALLBACK"] == "provision.cluster.verify_events"
+    assert env["ANSIBLE_CONFIG"].endswith("ansible.cfg")
+    all_argv, _ = core.build_command(str(tmp_path), checks=core.select_checks([], True), all_checks=True)
+    assert "--tags" not in all_argv
+    assert json.loads(all_argv[all_argv.index("-e") + 1])["verify_smoke"] is True
+
+
+def test_resolve_inventory_errors(tmp_path):
+    with pytest.raises(core.VerifyError, match="no inventory"):
+        core.resolve_inventory(None)
+    with pytest.raises(core.VerifyError, match="does not exist"):
+        core.resolve_inventory(str(tmp_path / "nope"))
+    assert core.resolve_inventory("node1,node2,") == "node1,node2,"
+
+
+def test_error_line_takes_the_first_ansible_error():
+    stderr = ("[WARNING]: Failed to load inventory plugin\n"
+              "[ERROR]: Completely failed to parse inventory source /x/broken.yml\n  more\n")
+    assert core.error_line(stderr) == "Completely failed to parse inventory source /x/broken.yml"
+    assert core.error_line("ERROR! the playbook could not be found\n") == "the playbook could not be found"
+
+
+# ---------------------------------------------------------------- the document
+
+def test_document_unreachable_node_is_a_failed_check_with_a_fix():
+    doc = core.build_document(recorded("unreachable.json"), selected=["reach"])
+    assert doc["ok"] is False
+    assert [n["reachable"] for n in doc["nodes"]] == [True, False]
+    bad = [c for c in doc["checks"] if c["status"] == "fail"]
+    assert len(bad) == 1
+    assert bad[0]["node"] == "bad" and bad[0]["check"] == "node reachable"
+    assert "Connection refused" in bad[0]["detail"] and not bad[0]["detail"].startswith("Task failed")
+    assert "ssh -p 1 127.0.0.1 true" in bad[0]["fix"]
+    assert core.exit_code(doc) == 1
+
+
+def test_document_schema_is_stable():
+    doc = core.build_document(recorded("unreachable.json"), selected=["reach"], inventory="inv",
+                              duration_s=1.234)
+    assert list(doc) == ["schema", "ok", "inventory", "limit", "selected", "duration_s", "summary",
+                         "nodes", "checks", "mesh", "versions", "allreduce"]
+    assert doc["duration_s"] == 1.23
+    assert doc["summary"] == {"pass": 1, "fail": 1, "warn": 0, "skip": 0}
+    for c in doc["checks"]:
+        assert set(c) == {"node", "check", "status", "detail", "fix"}
+        assert c["status"] in core.STATUSES
+        assert "\n" not in c["detail"] + c["fix"]
+    assert doc["mesh"] == {"ran": False, "nodes": [], "matrix": {}}
+    assert doc["allreduce"] == {"ran": False}
+
+
+def test_module_results_in_every_contract_shape():
+    fail_dict = {"check": {"check": "python_env", "status": "fail", "detail": "torch does not import\nx",
+                           "fix": "run python_env"}, "failed": True, "msg": "torch does not import"}
+    listed = {"checks": [{"check": "port 29500", "status": "fail", "detail": "29500 is held by pid 42 (python)",
+                          "fix": "stop it: kill 42"}], "changed": False}
+    crashed = {"failed": True, "msg": "MODULE FAILURE\nSee stdout/stderr", "module_stderr": "Traceback"}
+    assert core._module_checks("n1", "versions", fail_dict) == [
+        {"node": "n1", "check": "python_env", "status": "fail", "detail": "torch does not import",
+         "fix": "run python_env"}]
+    assert core._module_checks("n1", "ports", listed)[0]["fix"] == "stop it: kill 42"
+    crash = core._module_checks("n1", "gcc", crashed)
+    assert crash[0]["status"] == "fail" and crash[0]["detail"] == "MODULE FAILURE"
+    assert core._module_checks("n1", "gcc", {"skipped": True}) == []
+
+
+# ---------------------------------------------------------------- the CLI
+
+def fake_run(raw, **kw):
+    def run(argv, env, *, timeout=300, on_event=None):
+        if on_event:
+            on_event({"event": "result", "host": "good", "task": "Node reachable", "status": "ok"})
+        return core.Run(raw=raw, rc=0, stderr="", duration_s=0.5, **kw)
+    return run
+
+
+def test_cli_json_document_and_exit_1(monkeypatch, tmp_path):
+    monkeypatch.setattr(core, "run_playbook", fake_run(recorded("unreachable.json")))
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--json"])
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["nodes"][1]["name"] == "bad"
+
+
+def test_cli_human_output_names_node_check_cause_and_fix(monkeypatch, tmp_path):
+    monkeypatch.setattr(core, "run_playbook", fake_run(recorded("unreachable.json")))
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path)])
+    assert result.exit_code == 1
+    out = result.stdout
+    assert re.search(r"FAIL bad: node reachable", out)
+    assert "cause: Failed to connect to the host via ssh" in out
+    assert "fix:   bring bad up" in out
+    assert "verify: FAILED" in out
+
+
+def test_cli_exit_0_when_all_pass(monkeypatch, tmp_path):
+    raw = recorded("unreachable.json")
+    raw["hosts"] = ["good"]
+    monkeypatch.setattr(core, "run_playbook", fake_run(raw))
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "verify: OK" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["verify"], "no inventory"),
+    (["verify", "-i", "/nonexistent/inventory"], "does not exist"),
+    (["verify", "-i", ".", "--check", "bogus"], "unknown check bogus"),
+])
+def test_cli_usage_errors_exit_2_with_one_line(args, message):
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_inventory_that_ansible_cannot_parse_exits_2(monkeypatch, tmp_path):
+    def run(argv, env, *, timeout=300, on_event=None):
+        return core.Run(raw=None, rc=1, duration_s=0.1,
+                        stderr="[ERROR]: Completely failed to parse inventory source /x/broken.yml\n")
+    monkeypatch.setattr(core, "run_playbook", run)
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "Completely failed to parse inventory source" in result.stderr
+
+
+def test_cli_no_host_matched_exits_2(monkeypatch, tmp_path):
+    def run(argv, env, *, timeout=300, on_event=None):
+        return core.Run(raw=None, rc=0, stderr="", duration_s=0.1, no_hosts=True)
+    monkeypatch.setattr(core, "run_playbook", run)
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--limit", "nodeX"])
+    assert result.exit_code == 2
+    assert "no host in group cluster matching --limit nodeX" in result.stderr
+
+
+def test_cli_list_checks():
+    result = CliRunner().invoke(cli, ["verify", "--list-checks"])
+    assert result.exit_code == 0
+    assert [ln.split()[0] for ln in result.stdout.splitlines()] == list(core.CHECKS)
