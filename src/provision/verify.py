@@ -40,7 +40,8 @@ CHECKS: dict[str, str] = {
     "smoke": "all-reduce smoke test across all nodes (only with --smoke)",
 }
 ALWAYS = ("reach",)
-CHECK_TITLES = {"reach": "node reachable"}
+CHECK_TITLES = {"reach": "node reachable", "sshd": "sshd listening", "ports": "ports free",
+                "versions": "python_env", "runtime": "node runtime", "landing": "landing"}
 
 
 class VerifyError(Exception):
@@ -231,13 +232,86 @@ def _module_checks(node: str, name: str, result: dict[str, Any]) -> list[dict[st
         found = [result["check"]]
     elif isinstance(result.get("check"), str):
         found = [result]
+    elif name in ADAPTERS and not result.get("failed"):
+        found = ADAPTERS[name](node, result)
     if found:
-        return [_check(node, c.get("check") or title, c.get("status", "fail"), c.get("detail", ""),
-                       c.get("fix", "")) for c in found]
+        out = [_check(node, c.get("check") or title, c.get("status", "fail"), c.get("detail", ""),
+                      c.get("fix", "")) for c in found]
+        rename = RENAME.get(name)
+        return [rename(node, c) for c in out] if rename else out
     if result.get("failed"):
         msg = result.get("msg") or result.get("module_stderr") or "the check failed"
         return [_check(node, title, "fail", msg, f"see `provision verify --check {name} -v`")]
     return []
+
+
+def _facts(result: dict[str, Any], key: str) -> dict[str, Any]:
+    return (result.get("ansible_facts") or {}).get(key) or {}
+
+
+def _gcc(node: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """gcc_facts sets gcc_toolchain_facts (its decision: meets_min); it has no check of its own."""
+    f = _facts(result, "gcc_toolchain_facts")
+    if not f:
+        return []
+    found = f"GCC {f['version']} at {f.get('path')}" if f.get("version") else "no GCC found"
+    if f.get("meets_min"):
+        return [{"check": "gcc", "status": "pass", "detail": f"{found} >= {f.get('min_version')}"}]
+    return [{"check": "gcc", "status": "fail", "detail": f"{found}, need >= {f.get('min_version')}",
+             "fix": f"ansible-playbook site.yml --tags gcc_toolchain --limit {node} "
+                    f"(gcc_toolchain_min_version={f.get('min_version')})"}]
+
+
+def _gpu(node: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """gpu_facts: a node without GPUs is skipped; else the GPUs, driver and toolkit found."""
+    f = _facts(result, "gpu_facts")
+    if not f:
+        return []
+    if not f.get("gpu_count"):
+        return [{"check": "gpu", "status": "skip", "detail": f.get("reason") or "no GPU"}]
+    names = sorted({g.get("name", "?") for g in f.get("gpus") or []})
+    detail = (f"{f['gpu_count']} x {', '.join(names)}, driver {f.get('driver_version')} "
+              f"(CUDA <= {f.get('driver_cuda_version')}), toolkit {f.get('cuda_home') or 'none'}")
+    plan = result.get("plan") or {}
+    if plan.get("action") == "refuse":
+        return [{"check": "gpu", "status": "fail", "detail": plan.get("reason") or detail,
+                 "fix": "set cuda_toolkit_version to a release the driver supports, or upgrade the driver"}]
+    return [{"check": "gpu", "status": "pass", "detail": detail}]
+
+
+ADAPTERS: dict[str, Callable[[str, dict[str, Any]], list[dict[str, Any]]]] = {"gcc": _gcc, "gpu": _gpu}
+
+
+def _rename_sshd(node: str, c: dict[str, str]) -> dict[str, str]:
+    fix = c["fix"]
+    if c["status"] == "fail":
+        fix = f"{fix}; the sshd role does it: ansible-playbook site.yml --tags sshd --limit {node}"
+    return {**c, "check": f"sshd listening ({c['check']})", "fix": fix}
+
+
+RENAME: dict[str, Callable[[str, dict[str, str]], dict[str, str]]] = {
+    "sshd": _rename_sshd,
+    "ports": lambda node, c: {**c, "check": f"{c['check']} free"},
+}
+
+
+def _compare_checks(compare: dict[str, Any] | None, order: list[str], nodes: dict[str, Any]
+                    ) -> list[dict[str, str]]:
+    """versions_compare ran once for all nodes: one "versions equal" cell per compared node."""
+    if not isinstance(compare, dict) or compare.get("skipped") or not compare.get("check"):
+        return []
+    check = compare["check"]
+    odd = set(compare.get("differing_hosts") or [])
+    out = []
+    for node in order:
+        res = (nodes.get(node) or {}).get("results", {}).get("versions") or {}
+        if not _facts(res, "python_env_versions"):
+            continue
+        if check.get("status") == "fail" and node in odd:
+            out.append(_check(node, "versions equal", "fail", check.get("detail", ""), check.get("fix", "")))
+        else:
+            out.append(_check(node, "versions equal", "pass", "same as the other nodes"))
+    return out
 
 
 def _mesh(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
@@ -253,21 +327,40 @@ def _mesh(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
     return {"ran": bool(matrix), "nodes": [n for n in order if n in matrix], "matrix": matrix}
 
 
-def _versions(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
-    """versions[node][field] and the fields whose value is not the same on every node."""
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, bool):
+        out[prefix] = "yes" if value else "no"
+    else:
+        out[prefix] = "-" if value is None else str(value)
+
+
+def _versions(raw_nodes: dict[str, Any], order: list[str], compare: Any = None) -> dict[str, Any]:
+    """versions[node][field] (python_versions + gpu_facts) and the fields that differ."""
     table: dict[str, dict[str, str]] = {}
     for node in order:
-        res = raw_nodes.get(node, {}).get("results", {}).get("versions")
-        if not isinstance(res, dict) or res.get("skipped"):
-            continue
-        values = res.get("versions")
-        if isinstance(values, dict):
-            table[node] = {k: "" if v is None else str(v) for k, v in values.items()}
+        results = raw_nodes.get(node, {}).get("results", {})
+        values: dict[str, str] = {}
+        pyv = _facts(results.get("versions") or {}, "python_env_versions")
+        if pyv:
+            _flatten("", pyv, values)
+        gpu = _facts(results.get("gpu") or {}, "gpu_facts")
+        if gpu:
+            values["gpu.count"] = str(gpu.get("gpu_count", 0))
+            values["gpu.driver"] = str(gpu.get("driver_version") or "-")
+            values["gpu.driver_cuda"] = str(gpu.get("driver_cuda_version") or "-")
+            values["gpu.cuda_home"] = str(gpu.get("cuda_home") or "-")
+        if values:
+            table[node] = values
     fields: list[str] = []
     for values in table.values():
         fields += [k for k in values if k not in fields]
-    differing = [f for f in fields if len({table[n].get(f, "") for n in table}) > 1]
-    return {"ran": bool(table), "fields": fields, "nodes": table, "differing": differing}
+    differing = [f for f in fields if len({table[n].get(f, "-") for n in table}) > 1]
+    return {"ran": bool(table), "fields": fields, "nodes": table, "differing": differing,
+            "differing_nodes": list((compare or {}).get("differing_hosts") or [])
+            if isinstance(compare, dict) else []}
 
 
 def _allreduce(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
@@ -300,11 +393,12 @@ def build_document(raw: dict[str, Any], *, selected: list[str], inventory: str =
                                  _unreachable_fix(node, entry)))
             continue
         checks.append(_check(node, CHECK_TITLES["reach"], "pass", f"{address} answers"))
-        for name in selected:
-            if name in ALWAYS or name not in results:
-                continue
-            checks.extend(_module_checks(node, name, results[name]))
-    versions = _versions(raw_nodes, order)
+        for name, result in results.items():
+            if name not in ALWAYS and isinstance(result, dict):
+                checks.extend(_module_checks(node, name, result))
+    compare = raw.get("compare")
+    checks.extend(_compare_checks(compare, order, raw_nodes))
+    versions = _versions(raw_nodes, order, compare)
     ok = all(c["status"] != "fail" for c in checks)
     summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
     return {
