@@ -232,7 +232,7 @@ def _module_checks(node: str, name: str, result: dict[str, Any]) -> list[dict[st
         found = [result["check"]]
     elif isinstance(result.get("check"), str):
         found = [result]
-    elif name in ADAPTERS and not result.get("failed"):
+    if not found and name in ADAPTERS and not result.get("failed"):
         found = ADAPTERS[name](node, result)
     if found:
         out = [_check(node, c.get("check") or title, c.get("status", "fail"), c.get("detail", ""),
@@ -279,7 +279,20 @@ def _gpu(node: str, result: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"check": "gpu", "status": "pass", "detail": detail}]
 
 
-ADAPTERS: dict[str, Callable[[str, dict[str, Any]], list[dict[str, Any]]]] = {"gcc": _gcc, "gpu": _gpu}
+def _pdsh(node: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """pdsh_config returns no check when pdsh is missing, or (check mode) when its files would change."""
+    fix = f"ansible-playbook site.yml --tags pdsh --limit {node}"
+    if result.get("found") is False:
+        return [{"check": "pdsh", "status": "fail", "detail": "pdsh is not installed",
+                 "fix": f"{fix} (or install the pdsh package)"}]
+    if result.get("changed"):
+        return [{"check": "pdsh", "status": "fail",
+                 "detail": "the pdsh hosts file or rcmd_default does not match the inventory", "fix": fix}]
+    return []
+
+
+ADAPTERS: dict[str, Callable[[str, dict[str, Any]], list[dict[str, Any]]]] = {
+    "gcc": _gcc, "gpu": _gpu, "pdsh": _pdsh}
 
 
 def _rename_sshd(node: str, c: dict[str, str]) -> dict[str, str]:
@@ -315,15 +328,15 @@ def _compare_checks(compare: dict[str, Any] | None, order: list[str], nodes: dic
 
 
 def _mesh(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
-    """N x N: matrix[src][dst] = {"ok": bool, "error": str} from each node's mesh result."""
+    """N x N: matrix[src][dst] = {"ok", "error" (class), "detail"} from each node's ssh_mesh_check row."""
     matrix: dict[str, dict[str, dict[str, Any]]] = {}
     for src in order:
         res = raw_nodes.get(src, {}).get("results", {}).get("mesh")
-        if not isinstance(res, dict) or res.get("skipped") or "matrix" not in res and "row" not in res:
+        if not isinstance(res, dict) or not isinstance(res.get("row"), list):
             continue
-        row = res.get("row") or (res.get("matrix") or {}).get(src) or {}
-        matrix[src] = {dst: {"ok": bool(cell.get("ok")), "error": _first_line(cell.get("error"))}
-                       for dst, cell in row.items() if isinstance(cell, dict)}
+        matrix[src] = {str(cell.get("target")): {"ok": bool(cell.get("ok")), "error": cell.get("error") or "",
+                                                 "detail": _first_line(cell.get("detail"))}
+                       for cell in res["row"] if isinstance(cell, dict)}
     return {"ran": bool(matrix), "nodes": [n for n in order if n in matrix], "matrix": matrix}
 
 

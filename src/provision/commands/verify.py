@@ -43,20 +43,34 @@ class Progress:
                            f"{self.done} results so far")
 
 
+SEVERITY = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
+_SEPARATORS = " .->:/"
+
+
+def row_key(check: str, nodes: list[str]) -> str:
+    """One table row for the per-peer checks: 'ssh node1->node2' -> 'ssh *', 'nccl_net.reach.node2' -> 'nccl_net.reach *'."""
+    key = check
+    stripped = True
+    while stripped:
+        stripped = False
+        for node in sorted(nodes, key=len, reverse=True):
+            if key.endswith(node) and key != node:
+                key = key[: -len(node)].rstrip(_SEPARATORS)
+                stripped = True
+    return f"{key} *" if key != check and key else check
+
+
 def render(term: Terminal, doc: dict[str, Any]) -> None:
     nodes = [n["name"] for n in doc["nodes"]]
-    names: list[str] = []
+    rows: dict[str, dict[str, str]] = {}
     for c in doc["checks"]:
-        if c["check"] not in names:
-            names.append(c["check"])
-    cells = {(c["node"], c["check"]): c for c in doc["checks"]}
-    table = make_table("checks", ["check"] + nodes)
-    for name in names:
-        row = [name]
-        for node in nodes:
-            c = cells.get((node, name))
-            row.append(MARK[c["status"]] if c else "")
-        table.add_row(*row)
+        cells = rows.setdefault(row_key(c["check"], nodes), {})
+        old = cells.get(c["node"])
+        if old is None or SEVERITY[c["status"]] > SEVERITY[old]:
+            cells[c["node"]] = c["status"]
+    table = make_table("checks (* = one cell per peer, the worst shown)", ["check"] + nodes)
+    for name, cells in rows.items():
+        table.add_row(name, *[MARK[cells[n]] if n in cells else "" for n in nodes])
     term.table(table)
 
     mesh = doc["mesh"]
