@@ -56,3 +56,16 @@ def lab_factory():
     yield make
     for lab in made:
         lab.down()
+
+
+@pytest.fixture(scope="session")
+def converged_lab(lab_factory):
+    """A 2-node lab on which site.yml ran once (green). Shared by read-only tests; a test
+    that breaks a node must restore it before it ends."""
+    from helpers import run_playbook
+
+    lab = lab_factory("t-site", nodes=2)
+    first = run_playbook("site.yml", lab_name=lab.name, timeout=1800)
+    assert first.rc == 0, first
+    lab.first_run = first
+    return lab

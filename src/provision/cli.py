@@ -72,6 +72,11 @@ def lab_up(nodes: int, name: str, flavour: str, shm_size: str, node_options: tup
         term.error(str(exc))
         sys.exit(EXIT_FAILED)
     _print_status(term, state, json_mode)
+    if not json_mode:
+        from provision.paths import content_root
+
+        term.info(f"inventory: {content_root() / 'inventory' / 'lab'}"
+                  + ("" if name == lab_core.DEFAULT_NAME else f"  (with PROVISION_LAB_NAME={name})"))
 
 
 @lab.command("status")

@@ -1,0 +1,184 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""Inventory validation for the preflight stage: pure functions, no Ansible imports.
+
+Each problem is one line: the host, what is wrong, and the fix, e.g.
+    node2: address 10.0.0.5 is also used by node1; fix: give each host its own cluster_address/ansible_host
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+DEFAULT_SSH_PORT = 2222
+DEFAULT_MASTER_PORT = 29500
+
+# Stages that need more than one node to mean anything. A stage listed in `stages` that needs
+# more nodes than the inventory has fails preflight before anything changes.
+DEFAULT_STAGE_MIN_NODES = {
+    "ssh_mesh": 1,
+    "allreduce_smoke": 2,
+}
+
+
+def _port(value, what, host, problems):
+    try:
+        port = int(str(value).strip())
+    except (TypeError, ValueError):
+        problems.append(f"{host}: {what} {value!r} is not a number; fix: set {what} to a port between 1 and 65535")
+        return None
+    if not 1 <= port <= 65535:
+        problems.append(f"{host}: {what} {port} is out of range; fix: set {what} to a port between 1 and 65535")
+        return None
+    return port
+
+
+def _address_key(address):
+    """Normalise an address for duplicate detection (IPs canonical, names lower-case)."""
+    text = str(address).strip()
+    try:
+        return str(ipaddress.ip_address(text.strip("[]")))
+    except ValueError:
+        return text.lower().rstrip(".")
+
+
+def normalize_hosts(hosts):
+    """hosts: list of dicts {name, address, ssh_port, master_port, controller_port?}."""
+    out = []
+    for rank, host in enumerate(hosts):
+        out.append({
+            "name": str(host["name"]),
+            "address": str(host.get("address") or host["name"]),
+            "ssh_port": host.get("ssh_port", DEFAULT_SSH_PORT),
+            "master_port": host.get("master_port", DEFAULT_MASTER_PORT),
+            "controller_port": host.get("controller_port"),
+            "rank": rank,
+        })
+    return out
+
+
+def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
+    """Return (problems, plan).
+
+    hosts: list of dicts in inventory order: name, address, ssh_port, master_port.
+    master: the inventory name chosen as master (None/"" = first host).
+    stages: the stages this run will execute (None = all known).
+    plan: {"nodes": [{name, address, rank}], "master", "master_addr", "master_port", "ssh_port"}.
+    """
+    problems = []
+    nodes = normalize_hosts(hosts)
+    if not nodes:
+        return ["inventory: no hosts in the cluster group; fix: list your nodes under the group "
+                "`cluster` (see inventory/example/hosts.yml)"], {}
+
+    seen_names = {}
+    seen_addrs = {}
+    for node in nodes:
+        key = node["name"].lower()
+        if key in seen_names:
+            problems.append(f"{node['name']}: name duplicates {seen_names[key]} (names differ only in case); "
+                            "fix: give every node a distinct inventory name")
+        else:
+            seen_names[key] = node["name"]
+        addr = _address_key(node["address"])
+        if addr in ("127.0.0.1", "::1", "localhost") and len(nodes) > 1:
+            problems.append(f"{node['name']}: address {node['address']} is a loopback address, which peers "
+                            "cannot reach; fix: set cluster_address to the node's cluster-network address")
+        if addr in seen_addrs:
+            problems.append(f"{node['name']}: address {node['address']} is also used by {seen_addrs[addr]}; "
+                            "fix: give each host its own cluster_address/ansible_host")
+        else:
+            seen_addrs[addr] = node["name"]
+
+    ssh_ports = set()
+    master_ports = set()
+    for node in nodes:
+        ssh = _port(node["ssh_port"], "sshd_port", node["name"], problems)
+        mport = _port(node["master_port"], "cluster_master_port", node["name"], problems)
+        if ssh is not None:
+            ssh_ports.add(ssh)
+        if mport is not None:
+            master_ports.add(mport)
+        if ssh is not None and mport is not None and ssh == mport:
+            problems.append(f"{node['name']}: sshd_port and cluster_master_port are both {ssh}; "
+                            "fix: use different ports (defaults: sshd_port 2222, cluster_master_port 29500)")
+        node["ssh_port"], node["master_port"] = ssh, mport
+    if len(ssh_ports) > 1:
+        problems.append(f"cluster: sshd_port differs between nodes ({', '.join(map(str, sorted(ssh_ports)))}); "
+                        "fix: set one sshd_port for the whole group (launchers use one port for all nodes)")
+    if len(master_ports) > 1:
+        problems.append(f"cluster: cluster_master_port differs between nodes "
+                        f"({', '.join(map(str, sorted(master_ports)))}); fix: set it once in group_vars")
+
+    names = [n["name"] for n in nodes]
+    if master in (None, ""):
+        master = names[0]
+    elif master not in names:
+        problems.append(f"cluster: cluster_master {master!r} is not a host of the cluster group; "
+                        f"fix: set cluster_master to one of {', '.join(names[:8])}")
+        master = names[0]
+
+    wanted = DEFAULT_STAGE_MIN_NODES.copy()
+    wanted.update(stage_min_nodes or {})
+    for stage, need in sorted(wanted.items()):
+        if stages is not None and stage not in stages:
+            continue
+        if len(nodes) < int(need):
+            problems.append(f"cluster: stage {stage} needs at least {need} nodes, the inventory has {len(nodes)}; "
+                            f"fix: add nodes to the cluster group or skip the stage (--skip-tags {stage})")
+
+    problems = merge_same_problem(problems, len(nodes))
+    by_name = {n["name"]: n for n in nodes}
+    plan = {
+        "nodes": [{"name": n["name"], "address": n["address"], "rank": n["rank"]} for n in nodes],
+        "master": master,
+        "master_addr": by_name[master]["address"],
+        "master_port": by_name[master]["master_port"] or DEFAULT_MASTER_PORT,
+        "ssh_port": by_name[master]["ssh_port"] or DEFAULT_SSH_PORT,
+    }
+    return problems, plan
+
+
+def merge_same_problem(problems, node_count):
+    """'node1: X' and 'node2: X' become 'node1, node2: X' ('cluster: X' when every node has it)."""
+    order = []
+    hosts_by_text = {}
+    for line in problems:
+        host, sep, text = line.partition(": ")
+        if not sep or host == "cluster" or " " in host:
+            host, text = None, line
+        if text not in hosts_by_text:
+            hosts_by_text[text] = []
+            order.append(text)
+        if host:
+            hosts_by_text[text].append(host)
+    out = []
+    for text in order:
+        hosts = hosts_by_text[text]
+        if not hosts:
+            out.append(text)
+        elif len(hosts) == 1:
+            out.append(f"{hosts[0]}: {text}")
+        elif len(hosts) == node_count:
+            out.append(f"cluster (all {node_count} nodes): {text}")
+        else:
+            shown = ", ".join(hosts[:4]) + (f" and {len(hosts) - 4} more" if len(hosts) > 4 else "")
+            out.append(f"{shown}: {text}")
+    return out
+
+
+def python_problem(host, version_text):
+    """Decide from `python3 --version` output (or None when absent) whether Ansible can run."""
+    fix = ("fix: install python3 on the node (apt-get install -y python3 / dnf install -y python3) "
+           "or set ansible_python_interpreter")
+    if not version_text:
+        return f"{host}: no python3 on the node; {fix}"
+    parts = version_text.strip().split()
+    try:
+        major, minor = (int(x) for x in parts[-1].split(".")[:2])
+    except (ValueError, IndexError):
+        return f"{host}: cannot read the python version from {version_text.strip()!r}; {fix}"
+    if (major, minor) < (3, 6):
+        return f"{host}: python {major}.{minor} is too old for Ansible's modules (need 3.6+); {fix}"
+    return None

@@ -1,0 +1,45 @@
+"""`provision site`: run the shipped site.yml (or one stage) with the shipped configuration.
+
+For users who installed the package and never cloned the repository; from a checkout,
+`ansible-playbook site.yml -i inventory/<name>/` does the same.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from provision.paths import ansible_env, content_root
+from provision.terminal import EXIT_USAGE, Terminal
+
+STAGES = ["preflight", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
+          "node_runtime", "nccl_net", "shell_env", "launchers", "allreduce_smoke"]
+
+
+def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...]) -> list[str]:
+    root = content_root()
+    playbook = root / "site.yml" if stage is None else root / "playbooks" / f"{stage}.yml"
+    exe = shutil.which("ansible-playbook") or str(Path(sys.executable).parent / "ansible-playbook")
+    return [exe, str(playbook), "-i", inventory, *extra]
+
+
+@click.command("site", context_settings={"ignore_unknown_options": True})
+@click.option("-i", "--inventory", required=True, help="Inventory file or directory.")
+@click.option("--stage", type=click.Choice(STAGES), default=None, help="Run one stage only.")
+@click.argument("ansible_args", nargs=-1, type=click.UNPROCESSED)
+def command(inventory: str, stage: str | None, ansible_args: tuple[str, ...]) -> None:
+    """Run site.yml (all stages, or --stage NAME) against an inventory.
+
+    Arguments after the options go to ansible-playbook (e.g. --check --diff, --limit node2).
+    """
+    term = Terminal()
+    if not os.path.exists(inventory):
+        term.error(f"inventory {inventory} does not exist; fix: pass -i inventory/<name>/ "
+                   "(see `provision lab up` for a local one)")
+        sys.exit(EXIT_USAGE)
+    argv = playbook_argv(inventory, stage, ansible_args)
+    os.execve(argv[0], argv, ansible_env())

@@ -1,0 +1,86 @@
+"""The lab as a user meets it: up (idempotent), status, inventory, 8 nodes, down leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from helpers import ansible_env, lab_cmd, node_exec, tool, REPO
+
+pytestmark = pytest.mark.lab
+
+NAME = "t-lab"
+
+
+def _podman_names(kind: str) -> set[str]:
+    argv = ["podman", kind, "ls", "--format", "{{.Name}}"] if kind == "network" else \
+        ["podman", "ps", "-a", "--format", "{{.Names}}"]
+    return set(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split())
+
+
+def test_up_status_inventory_down():
+    before_c, before_n = _podman_names("container"), _podman_names("network")
+    try:
+        lab_cmd("up", "--nodes", "2", lab_name=NAME)
+        t0 = time.monotonic()
+        lab_cmd("up", "--nodes", "2", lab_name=NAME)
+        assert time.monotonic() - t0 < 10, "a second `up` must be a fast no-op"
+
+        doc = json.loads(lab_cmd("status", "--json", lab_name=NAME).stdout)
+        assert doc["up"] is True
+        assert [n["name"] for n in doc["nodes"]] == ["node1", "node2"]
+        assert all(n["state"] == "running" for n in doc["nodes"])
+
+        # nodes start bare: sshd installed but not running, no host keys, no venv
+        out = node_exec(NAME, 1, "ls /etc/ssh/ssh_host_* 2>/dev/null | wc -l; pgrep -x sshd || echo none; "
+                              "test -x /usr/sbin/sshd && echo sshd-installed; command -v ip").stdout.split()
+        assert out[0] == "0" and "none" in out and "sshd-installed" in out
+
+        # eth0 is the side network, eth1 the cluster network
+        addrs = node_exec(NAME, 2, "cat /proc/net/fib_trie").stdout
+        assert doc["nodes"][1]["address"] in addrs and doc["nodes"][1]["side_address"] in addrs
+        route = node_exec(NAME, 2, "cat /proc/net/route").stdout
+        assert any(line.startswith("eth1") for line in route.splitlines())
+
+        inv = subprocess.run([tool("ansible-inventory"), "-i", str(REPO / "inventory/lab"), "--list"],
+                             env=ansible_env(NAME), capture_output=True, text=True, check=True, cwd=REPO)
+        data = json.loads(inv.stdout)
+        assert data["cluster"]["hosts"] == ["node1", "node2"]
+        addr = data["_meta"]["hostvars"]["node1"]["cluster_address"]
+        addr = addr.get("__ansible_unsafe", addr) if isinstance(addr, dict) else addr
+        assert addr == doc["nodes"][0]["address"]
+    finally:
+        lab_cmd("down", lab_name=NAME, check=False)
+    assert _podman_names("container") == before_c - {f"{NAME}-node1", f"{NAME}-node2"}
+    assert _podman_names("network") == before_n - {NAME, f"{NAME}-side1", f"{NAME}-side2"}
+
+
+def test_eight_nodes_and_shrink():
+    name = "t-lab8"
+    try:
+        doc = json.loads(lab_cmd("up", "--nodes", "8", "--json", lab_name=name).stdout)
+        assert len(doc["nodes"]) == 8 and doc["up"]
+        addrs = {n["address"] for n in doc["nodes"]}
+        assert len(addrs) == 8
+        doc = json.loads(lab_cmd("up", "--nodes", "3", "--json", lab_name=name).stdout)
+        assert [n["name"] for n in doc["nodes"]] == ["node1", "node2", "node3"]
+    finally:
+        lab_cmd("down", lab_name=name, check=False)
+    assert not [c for c in _podman_names("container") if c.startswith(f"{name}-")]
+    assert not [n for n in _podman_names("network") if n == name or n.startswith(f"{name}-")]
+
+
+def test_minimal_flavour_has_no_ip_and_options_apply():
+    name = "t-labmin"
+    try:
+        lab_cmd("up", "--nodes", "1", "--image", "minimal", "--shm-size", "64m",
+                "--node-option", "1:--ulimit=nofile=1024:1024 --ulimit=nproc=4096:4096", lab_name=name)
+        out = node_exec(name, 1, "command -v ip || echo no-ip; df -k /dev/shm | tail -1; ulimit -n",
+                        check=False).stdout
+        assert "no-ip" in out
+        assert " 65536 " in out  # 64m shm
+        assert out.strip().splitlines()[-1] == "1024"
+    finally:
+        lab_cmd("down", lab_name=name, check=False)

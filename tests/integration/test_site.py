@@ -1,0 +1,30 @@
+"""site.yml on a fresh 2-node lab: green, then a re-run that changes nothing, and a safe --check."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run_playbook
+
+pytestmark = pytest.mark.lab
+
+
+def test_first_run_is_green(converged_lab):
+    first = converged_lab.first_run
+    assert first.rc == 0, first
+    assert set(first.recap) == {"node1", "node2"}
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in first.recap.values()), first
+
+
+def test_second_run_changes_nothing_and_uses_ssh(converged_lab):
+    second = run_playbook("site.yml", lab_name=converged_lab.name, extra_args=["-vv"])
+    assert second.rc == 0, second
+    assert second.changed == 0, second
+    # after first contact the controller talks SSH to the nodes, with host-key checking on
+    assert "ESTABLISH SSH CONNECTION" in second.output
+    assert "StrictHostKeyChecking=no" not in second.output
+
+
+def test_check_diff_is_safe(converged_lab):
+    check = run_playbook("site.yml", lab_name=converged_lab.name, extra_args=["--check", "--diff"])
+    assert check.rc == 0, check
+    assert check.changed == 0, check

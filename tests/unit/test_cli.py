@@ -1,0 +1,77 @@
+"""The CLI surface: help, exit codes, lab argument handling (no podman needed)."""
+
+from __future__ import annotations
+
+import json
+
+import helpers  # noqa: F401
+import pytest
+from click.testing import CliRunner
+
+from provision import lab as lab_core
+from provision.cli import cli
+
+
+def test_help_lists_the_commands():
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for name in ("lab", "setup"):
+        assert name in result.output
+
+
+def test_lab_help():
+    result = CliRunner().invoke(cli, ["lab", "up", "--help"])
+    assert result.exit_code == 0
+    assert "--nodes" in result.output and "--image" in result.output
+
+
+def test_bad_node_option_is_a_usage_error():
+    result = CliRunner().invoke(cli, ["lab", "up", "--node-option", "bogus"])
+    assert result.exit_code == 2
+    assert "--node-option must look like" in result.output
+
+
+def test_too_many_nodes_is_refused_before_touching_podman(monkeypatch):
+    monkeypatch.setattr(lab_core, "setup_host", lambda **kw: pytest.fail("must not set up the host"))
+    result = CliRunner().invoke(cli, ["lab", "up", "--nodes", "99"])
+    assert result.exit_code == 1
+    assert "--nodes must be between 1 and 32" in result.output
+
+
+def test_lab_status_json_when_down(monkeypatch):
+    monkeypatch.setattr(lab_core, "list_containers", lambda name: [])
+    monkeypatch.setattr(lab_core, "list_networks", lambda name: [])
+    result = CliRunner().invoke(cli, ["lab", "status", "--name", "nothing", "--json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc == {"lab": "nothing", "networks": [], "nodes": [], "up": False}
+
+
+def test_image_tag_changes_with_the_recipe(monkeypatch):
+    before = lab_core.image_tag("full")
+    assert before == lab_core.image_tag("full")
+    assert lab_core.image_tag("minimal") != before
+    monkeypatch.setitem(lab_core.FLAVOURS, "full", lab_core.FLAVOURS["full"] + ["vim"])
+    assert lab_core.image_tag("full") != before
+
+
+def test_minimal_flavour_has_no_iproute2():
+    assert "iproute2" in lab_core.FLAVOURS["full"]
+    assert "iproute2" not in lab_core.FLAVOURS["minimal"]
+
+
+def test_lab_addresses_match_the_inventory_plugin():
+    from ansible_collections.provision.cluster.plugins.inventory.lab import node_address
+
+    for name in ("provlab", "ci", "x" * 20):
+        for idx in (1, 2, 8, 32):
+            assert lab_core.node_addresses(name, idx) == node_address(name, idx)
+    # two labs get different subnets
+    assert lab_core.node_addresses("a1", 1) != lab_core.node_addresses("b2", 1)
+
+
+def test_containers_conf_detection(tmp_path):
+    conf = tmp_path / "containers.conf"
+    assert not lab_core._containers_conf_ok(conf)
+    conf.write_text(lab_core.CONTAINERS_CONF)
+    assert lab_core._containers_conf_ok(conf)

@@ -1,0 +1,129 @@
+"""Preflight decisions: the inventory problems a user can make, each one line with host and fix."""
+
+from __future__ import annotations
+
+import helpers  # noqa: F401  (puts collections/ on sys.path)
+import pytest
+from ansible_collections.provision.cluster.plugins.filter.preflight import preflight_plan
+from ansible_collections.provision.cluster.plugins.module_utils.preflight import (
+    python_problem,
+    validate_inventory,
+)
+
+
+def hosts(*addrs, **kw):
+    return [dict({"name": f"node{i + 1}", "address": a}, **kw) for i, a in enumerate(addrs)]
+
+
+def test_healthy_inventory_gives_plan_with_first_host_as_master():
+    problems, plan = validate_inventory(hosts("10.0.0.1", "10.0.0.2"))
+    assert problems == []
+    assert plan["master"] == "node1"
+    assert plan["master_addr"] == "10.0.0.1"
+    assert plan["master_port"] == 29500
+    assert plan["ssh_port"] == 2222
+    assert [n["rank"] for n in plan["nodes"]] == [0, 1]
+
+
+def test_duplicate_address_names_both_hosts_and_the_fix():
+    problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.1"))
+    assert len(problems) == 1
+    line = problems[0]
+    assert line.startswith("node2: address 10.0.0.1 is also used by node1")
+    assert "fix:" in line and "\n" not in line
+
+
+def test_duplicate_address_spelled_differently_is_still_a_duplicate():
+    problems, _ = validate_inventory(hosts("NODE-a.example", "node-a.example."))
+    assert any("also used by node1" in p for p in problems)
+
+
+def test_names_differing_only_in_case_are_duplicates():
+    problems, _ = validate_inventory([{"name": "gpu1", "address": "a"}, {"name": "GPU1", "address": "b"}])
+    assert problems and problems[0].startswith("GPU1: name duplicates gpu1")
+
+
+@pytest.mark.parametrize("port", [70000, 0, -1, "abc"])
+def test_port_out_of_range(port):
+    problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.2", ssh_port=port))
+    assert any(p.startswith("cluster (all 2 nodes): sshd_port") and "fix: set sshd_port to a port between 1 and 65535" in p
+               for p in problems)
+
+
+def test_ssh_port_equal_to_master_port():
+    problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.2", ssh_port=29500, master_port=29500))
+    assert any(p.startswith("cluster (all 2 nodes): sshd_port and cluster_master_port are both 29500") for p in problems)
+
+
+def test_ports_must_agree_across_nodes():
+    h = hosts("10.0.0.1", "10.0.0.2")
+    h[1]["ssh_port"] = 2200
+    problems, _ = validate_inventory(h)
+    assert any("sshd_port differs between nodes (2200, 2222)" in p for p in problems)
+
+
+def test_one_node_for_a_two_node_stage():
+    problems, _ = validate_inventory(hosts("10.0.0.1"))
+    assert problems == ["cluster: stage allreduce_smoke needs at least 2 nodes, the inventory has 1; "
+                        "fix: add nodes to the cluster group or skip the stage (--skip-tags allreduce_smoke)"]
+
+
+def test_one_node_is_fine_when_the_stage_does_not_run():
+    problems, _ = validate_inventory(hosts("10.0.0.1"), stages=["preflight", "sshd"])
+    assert problems == []
+
+
+def test_master_must_be_a_node():
+    problems, plan = validate_inventory(hosts("10.0.0.1", "10.0.0.2"), master="node9")
+    assert problems[0].startswith("cluster: cluster_master 'node9' is not a host of the cluster group")
+    problems, plan = validate_inventory(hosts("10.0.0.1", "10.0.0.2"), master="node2")
+    assert problems == [] and plan["master_addr"] == "10.0.0.2"
+
+
+def test_loopback_address_in_multi_node_cluster():
+    problems, _ = validate_inventory(hosts("127.0.0.1", "10.0.0.2"))
+    assert any("loopback" in p for p in problems)
+
+
+def test_empty_group():
+    problems, plan = validate_inventory([])
+    assert plan == {} and "no hosts in the cluster group" in problems[0]
+
+
+def test_filter_reads_hostvars_with_defaults_and_tags():
+    hv = {
+        "a": {"ansible_host": "10.1.0.1"},
+        "b": {"cluster_address": "10.2.0.2", "ansible_host": "mgmt-b", "sshd_port": 2222},
+    }
+    out = preflight_plan(hv, ["a", "b"], stages=["preflight", "allreduce_smoke"], run_tags=["all"])
+    assert out["problems"] == []
+    assert out["plan"]["ranks"] == {"a": 0, "b": 1}
+    assert out["plan"]["nodes"][1]["address"] == "10.2.0.2"
+    single = preflight_plan({"a": {}}, ["a"], stages=["preflight", "allreduce_smoke"],
+                            skip_tags=["allreduce_smoke"])
+    assert single["problems"] == []
+
+
+@pytest.mark.parametrize("text,expect", [
+    (None, "no python3 on the node"),
+    ("", "no python3 on the node"),
+    ("Python 2.7.18", "too old"),
+    ("Python 3.11.2", None),
+    ("garbage", "cannot read the python version"),
+])
+def test_python_problem(text, expect):
+    got = python_problem("node3", text)
+    if expect is None:
+        assert got is None
+    else:
+        assert got.startswith("node3: ") and expect in got and "fix:" in got
+
+
+def test_same_problem_on_every_node_is_one_line():
+    problems, _ = validate_inventory(hosts("10.0.0.1", "10.0.0.2", "10.0.0.3", ssh_port=70000))
+    assert problems == ["cluster (all 3 nodes): sshd_port 70000 is out of range; "
+                        "fix: set sshd_port to a port between 1 and 65535"]
+    h = hosts("10.0.0.1", "10.0.0.2", "10.0.0.3")
+    h[0]["ssh_port"] = h[2]["ssh_port"] = 0
+    problems, _ = validate_inventory(h)
+    assert problems[0].startswith("node1, node3: sshd_port 0 is out of range")
