@@ -376,14 +376,25 @@ def _versions(raw_nodes: dict[str, Any], order: list[str], compare: Any = None) 
             if isinstance(compare, dict) else []}
 
 
-def _allreduce(raw_nodes: dict[str, Any], order: list[str]) -> dict[str, Any]:
-    for node in order:
-        res = raw_nodes.get(node, {}).get("results", {}).get("smoke")
-        if isinstance(res, dict) and not res.get("skipped"):
-            report = res.get("allreduce") or res.get("smoke") or {}
-            if isinstance(report, dict) and report:
-                return {"ran": True, **report}
-    return {"ran": False}
+def _allreduce(raw: dict[str, Any], order: list[str]) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The allreduce_smoke report (rows, busbw, failures...) and its checks, on the master node."""
+    result = raw.get("allreduce")
+    error = raw.get("allreduce_error")
+    if not isinstance(result, dict) and not error:
+        return {"ran": False}, []
+    master = order[0] if order else "cluster"
+    if not isinstance(result, dict):
+        return {"ran": True, "status": "fail"}, [_check(master, "allreduce", "fail", error,
+                                                        "see the allreduce_smoke role's output (-v)")]
+    checks = [_check(master, f"allreduce {c.get('check', '')}".strip(), c.get("status", "fail"),
+                     c.get("detail", ""), c.get("fix", ""))
+              for c in (result.get("failures") or []) + (result.get("warnings") or [])]
+    if not checks:
+        busbw = result.get("busbw_gbps")
+        checks = [_check(master, "allreduce", "pass",
+                         f"{result.get('backend')} over {result.get('world_size')} ranks, sum "
+                         f"{'correct' if result.get('correct') else 'not verified'}, busbw {busbw} GB/s")]
+    return {"ran": True, **result}, checks
 
 
 def build_document(raw: dict[str, Any], *, selected: list[str], inventory: str = "",
@@ -412,6 +423,8 @@ def build_document(raw: dict[str, Any], *, selected: list[str], inventory: str =
     compare = raw.get("compare")
     checks.extend(_compare_checks(compare, order, raw_nodes))
     versions = _versions(raw_nodes, order, compare)
+    allreduce, smoke_checks = _allreduce(raw, order)
+    checks.extend(smoke_checks)
     ok = all(c["status"] != "fail" for c in checks)
     summary = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
     return {
@@ -426,7 +439,7 @@ def build_document(raw: dict[str, Any], *, selected: list[str], inventory: str =
         "checks": checks,
         "mesh": _mesh(raw_nodes, order),
         "versions": versions,
-        "allreduce": _allreduce(raw_nodes, order),
+        "allreduce": allreduce,
     }
 
 

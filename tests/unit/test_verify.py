@@ -204,3 +204,49 @@ def test_cli_list_checks():
     result = CliRunner().invoke(cli, ["verify", "--list-checks"])
     assert result.exit_code == 0
     assert [ln.split()[0] for ln in result.stdout.splitlines()] == list(core.CHECKS)
+
+
+# ---------------------------------------------------------------- rendering helpers and the callback
+
+def test_row_key_groups_per_peer_checks():
+    from provision.commands.verify import row_key
+
+    nodes = ["node1", "node2", "node10"]
+    assert row_key("ssh node1->node2", nodes) == "ssh *"
+    assert row_key("ssh node10->node1", nodes) == "ssh *"
+    assert row_key("nccl_net.reach.node10", nodes) == "nccl_net.reach *"
+    assert row_key("pdsh from node2", nodes) == "pdsh from *"
+    assert row_key("gcc", nodes) == "gcc"
+    assert row_key("node1", nodes) == "node1"
+
+
+def test_callback_prints_one_json_object_per_line(capsys):
+    from ansible_collections.provision.cluster.plugins.callback.verify_events import CallbackModule
+
+    class Named:
+        def __init__(self, name):
+            self.name = name
+
+        def get_name(self):
+            return self.name
+
+    class Result:
+        def __init__(self, host, task, res):
+            self._host, self._task, self._result = Named(host), Named(task), res
+
+    class Stats:
+        processed = {"node1": 1}
+        custom = {"_run": {"provision_verify": {"hosts": ["node1"], "nodes": {}}}}
+
+        def summarize(self, host):
+            return {"ok": 1, "failures": 0, "unreachable": 0}
+
+    cb = CallbackModule()
+    cb.v2_playbook_on_task_start(Named("Node reachable"), False)
+    cb.v2_runner_on_unreachable(Result("node1", "Node reachable", {"msg": "Failed to connect\nmore"}))
+    cb.v2_playbook_on_stats(Stats())
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["event"] for e in events] == ["task", "result", "stats", "report"]
+    assert events[1] == {"event": "result", "host": "node1", "task": "Node reachable", "status": "unreachable",
+                         "msg": "Failed to connect"}
+    assert events[3]["report"]["hosts"] == ["node1"]

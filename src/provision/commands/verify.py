@@ -119,16 +119,14 @@ def _order(nodes: list[str]):
 
 
 def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
-    rows = smoke.get("sizes") or smoke.get("results") or []
-    head = ", ".join(f"{k}: {smoke[k]}" for k in ("backend", "world_size", "transport", "interface",
-                                                    "correct") if k in smoke)
-    term.info(f"all-reduce: {head}")
-    if rows and isinstance(rows, list) and isinstance(rows[0], dict):
-        cols = list(rows[0])
-        table = make_table("all-reduce", cols)
-        for r in rows:
-            table.add_row(*[str(r.get(c, "")) for c in cols])
-        term.table(table)
+    """The all-reduce figures as nccl-tests prints them (size, time, algbw, busbw)."""
+    head = ", ".join(f"{k}: {smoke[k]}" for k in ("backend", "world_size", "nodes", "master", "correct",
+                                                    "busbw_gbps", "tcp_gbps", "ratio")
+                     if smoke.get(k) is not None)
+    table = make_table(f"all-reduce ({head})", ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)"])
+    for r in smoke.get("rows") or []:
+        table.add_row(str(r.get("bytes")), str(r.get("time_us")), str(r.get("algbw")), str(r.get("busbw")))
+    term.table(table)
 
 
 @click.command("verify")
