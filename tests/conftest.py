@@ -35,6 +35,8 @@ class Lab:
         self.options = options or []
 
     def up(self) -> "Lab":
+        # a fresh lab: nodes left over from an interrupted run are not bare any more
+        lab_cmd("down", lab_name=self.name, check=False)
         lab_cmd("up", "--nodes", str(self.nodes), *self.options, lab_name=self.name)
         return self
 

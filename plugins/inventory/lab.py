@@ -55,20 +55,8 @@ from ansible.plugins.inventory import BaseInventoryPlugin
 
 LABEL = "provision.lab"
 LABEL_INDEX = "provision.lab.index"
-
-
-def _subnet_index(name):
-    import hashlib
-
-    if name == "provlab":
-        return 77
-    return 100 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 150
-
-
-def node_address(name, index):
-    """Must match provision.lab.node_addresses (tested)."""
-    k = _subnet_index(name)
-    return "10.89.%d.%d" % (k, 10 + index), "10.90.%d.%d" % (k, 16 * index + 2)
+LABEL_ADDRESS = "provision.lab.address"
+LABEL_SIDE = "provision.lab.side_address"
 
 
 def _port_open(addr, port, timeout=0.3):
@@ -108,7 +96,7 @@ class InventoryModule(BaseInventoryPlugin):
                 ["podman", "ps", "--filter", "label=%s=%s" % (LABEL, name), "--format", "json"],
                 capture_output=True, text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise AnsibleParserError("lab inventory: cannot run podman (%s); run `provision lab setup`" % exc)
+            raise AnsibleParserError("lab inventory: cannot run podman (%s); run `provision lab setup`" % exc) from exc
         if proc.returncode != 0:
             raise AnsibleParserError("lab inventory: podman ps failed: %s" % proc.stderr.strip())
         containers = json.loads(proc.stdout or "[]")
@@ -119,9 +107,14 @@ class InventoryModule(BaseInventoryPlugin):
         for group in ("cluster", "lab"):
             self.inventory.add_group(group)
         for c in nodes:
-            idx = int((c.get("Labels") or {}).get(LABEL_INDEX, "0"))
+            labels = c.get("Labels") or {}
+            idx = int(labels.get(LABEL_INDEX, "0"))
             host = "node%d" % idx
-            addr, side = node_address(name, idx)
+            addr, side = labels.get(LABEL_ADDRESS), labels.get(LABEL_SIDE)
+            if not addr:
+                raise AnsibleParserError(
+                    "lab inventory: container %s has no address label (made by an older provision); "
+                    "run `provision lab down --name %s` and `provision lab up`" % (c["Names"][0], name))
             for group in ("cluster", "lab"):
                 self.inventory.add_host(host, group=group)
             setv = self.inventory.set_variable

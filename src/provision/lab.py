@@ -31,6 +31,8 @@ from provision.paths import cache_dir
 LABEL = "provision.lab"
 LABEL_INDEX = "provision.lab.index"
 LABEL_RECIPE = "provision.recipe"
+LABEL_ADDRESS = "provision.lab.address"
+LABEL_SIDE = "provision.lab.side_address"
 DEFAULT_NAME = "provlab"
 DEFAULT_NODES = 2
 MAX_NODES = 32
@@ -235,21 +237,41 @@ def _prepare_rootfs(rootfs: Path) -> None:
 
 # ---------------------------------------------------------------- lab state
 
-def _subnet_index(name: str) -> int:
-    """A stable /24 per lab name, so several labs (parallel test sessions) can coexist."""
+def _preferred_index(name: str) -> int:
     if name == DEFAULT_NAME:
         return 77
     return 100 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 150
 
 
-def node_addresses(name: str, index: int) -> tuple[str, str]:
-    k = _subnet_index(name)
+def _networks() -> list[dict]:
+    return json.loads(podman("network", "ls", "--format", "json").stdout or "[]")
+
+
+def subnet_index(name: str) -> int:
+    """The /24 index K of this lab (10.89.K.0/24 cluster, 10.90.K.x/28 side networks).
+
+    A lab keeps the index its cluster network has; a new lab takes its preferred index (a hash
+    of the name) or the next one no other podman network uses, so several labs coexist.
+    """
+    nets = _networks()
+    used = set()
+    for net in nets:
+        for sub in net.get("subnets") or []:
+            parts = str(sub.get("subnet", "")).split(".")
+            if len(parts) == 4 and parts[0] == "10" and parts[1] in ("89", "90"):
+                if net.get("name") == name and parts[1] == "89":
+                    return int(parts[2])
+                used.add(int(parts[2]))
+    k = _preferred_index(name)
+    for _ in range(250):
+        if k not in used:
+            return k
+        k = 2 + (k - 1) % 253
+    raise LabError("no free 10.89.K.0/24 subnet for a new lab; remove old labs with `provision lab down --name ...`")
+
+
+def node_addresses(k: int, index: int) -> tuple[str, str]:
     return f"10.89.{k}.{10 + index}", f"10.90.{k}.{16 * index + 2}"
-
-
-def _network_spec(name: str) -> dict[str, str]:
-    k = _subnet_index(name)
-    return {"subnet": f"10.89.{k}.0/24", "side_base": f"10.90.{k}"}
 
 
 def list_containers(name: str) -> list[dict]:
@@ -267,7 +289,7 @@ def status(name: str = DEFAULT_NAME) -> dict:
     for c in list_containers(name):
         labels = c.get("Labels") or {}
         idx = int(labels.get(LABEL_INDEX, "0"))
-        addr, side = node_addresses(name, idx)
+        addr, side = labels.get(LABEL_ADDRESS, ""), labels.get(LABEL_SIDE, "")
         nodes.append(Node(name=f"node{idx}", container=c["Names"][0], index=idx, address=addr,
                           side_address=side, state=c.get("State", "unknown"),
                           addresses={name: addr, f"{name}-side{idx}": side}))
@@ -299,8 +321,8 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
         for line in setup_host(log=log):
             log(line)
     tag = build_image(spec.flavour, log=log)
-    net = _network_spec(spec.name)
-    _ensure_network(spec.name, net["subnet"], spec.name)
+    k = subnet_index(spec.name)
+    _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
     existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c for c in list_containers(spec.name)}
     # nodes beyond the requested count go away (lab up --nodes 2 after --nodes 8)
     for idx, c in sorted(existing.items()):
@@ -309,7 +331,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
     started = []
     for idx in range(1, spec.nodes + 1):
         cname = f"{spec.name}-node{idx}"
-        addr, side = node_addresses(spec.name, idx)
+        addr, side = node_addresses(k, idx)
         side_net = f"{spec.name}-side{idx}"
         c = existing.get(idx)
         if c is not None:
@@ -322,11 +344,12 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
                 continue
             log(f"{cname}: image changed, re-creating")
             podman("rm", "-f", "-t", "0", cname)
-        _ensure_network(side_net, f"{net['side_base']}.{16 * idx}/28", spec.name)
+        _ensure_network(side_net, f"10.90.{k}.{16 * idx}/28", spec.name)
         argv = [
             "run", "-d", "--init", "--name", cname, "--hostname", f"node{idx}",
             "--label", f"{LABEL}={spec.name}", "--label", f"{LABEL_INDEX}={idx}",
             "--label", f"{LABEL_RECIPE}={tag}",
+            "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
             # the side network first: it becomes eth0, the cluster network eth1
             "--network", f"{side_net}:ip={side}",
             "--network", f"{spec.name}:ip={addr}",

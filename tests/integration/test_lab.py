@@ -21,7 +21,7 @@ def _podman_names(kind: str) -> set[str]:
 
 
 def test_up_status_inventory_down():
-    before_c, before_n = _podman_names("container"), _podman_names("network")
+    subprocess.run(["podman", "network", "create", "--internal", f"{NAME}-keep"], capture_output=True, check=False)
     try:
         lab_cmd("up", "--nodes", "2", lab_name=NAME)
         t0 = time.monotonic()
@@ -53,8 +53,13 @@ def test_up_status_inventory_down():
         assert addr == doc["nodes"][0]["address"]
     finally:
         lab_cmd("down", lab_name=NAME, check=False)
-    assert _podman_names("container") == before_c - {f"{NAME}-node1", f"{NAME}-node2"}
-    assert _podman_names("network") == before_n - {NAME, f"{NAME}-side1", f"{NAME}-side2"}
+    after_c, after_n = _podman_names("container"), _podman_names("network")
+    # ours are gone, and nothing else was removed (other labs may come and go meanwhile)
+    assert not {f"{NAME}-node1", f"{NAME}-node2"} & after_c
+    assert not {NAME, f"{NAME}-side1", f"{NAME}-side2"} & after_n
+    # a network that merely looks like ours (same prefix, no lab label) is left alone
+    assert f"{NAME}-keep" in after_n
+    subprocess.run(["podman", "network", "rm", f"{NAME}-keep"], capture_output=True, check=False)
 
 
 def test_eight_nodes_and_shrink():

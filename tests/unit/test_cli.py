@@ -60,14 +60,15 @@ def test_minimal_flavour_has_no_iproute2():
     assert "iproute2" not in lab_core.FLAVOURS["minimal"]
 
 
-def test_lab_addresses_match_the_inventory_plugin():
-    from ansible_collections.provision.cluster.plugins.inventory.lab import node_address
-
-    for name in ("provlab", "ci", "x" * 20):
-        for idx in (1, 2, 8, 32):
-            assert lab_core.node_addresses(name, idx) == node_address(name, idx)
-    # two labs get different subnets
-    assert lab_core.node_addresses("a1", 1) != lab_core.node_addresses("b2", 1)
+def test_subnet_index_avoids_subnets_in_use(monkeypatch):
+    nets = [{"name": "other", "subnets": [{"subnet": f"10.89.{lab_core._preferred_index('mine')}.0/24"}]},
+            {"name": "mine-old", "subnets": [{"subnet": "10.90.5.16/28"}]}]
+    monkeypatch.setattr(lab_core, "_networks", lambda: nets)
+    k = lab_core.subnet_index("mine")
+    assert k != lab_core._preferred_index("mine") and 1 < k < 255
+    nets.append({"name": "mine", "subnets": [{"subnet": "10.89.42.0/24"}]})
+    assert lab_core.subnet_index("mine") == 42  # a lab keeps its network's subnet
+    assert lab_core.node_addresses(42, 3) == ("10.89.42.13", "10.90.42.50")
 
 
 def test_containers_conf_detection(tmp_path):
