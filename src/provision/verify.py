@@ -23,8 +23,8 @@ from provision import paths
 SCHEMA_VERSION = 1
 STATUSES = ("pass", "fail", "warn", "skip")
 
-# --check NAME -> what it covers. Each name is the tag verify_<name> of its task(s) in
-# playbooks/verify.yml (a unit test keeps the two in step). "reach" always runs.
+# --check NAME -> what it covers. Each name is a check of playbooks/verify.yml's verify_checks task
+# or a task of its own there (a unit test keeps the two in step); "reach" always runs.
 CHECKS: dict[str, str] = {
     "reach": "node reachable from the controller",
     "sshd": "sshd listening on the cluster port (sshd_port)",
@@ -87,17 +87,15 @@ def select_checks(names: tuple[str, ...] | list[str], smoke: bool) -> list[str]:
 
 
 def build_command(inventory: str, *, checks: list[str], limit: str | None = None,
-                  extra_vars: list[str] | None = None, all_checks: bool = False
-                  ) -> tuple[list[str], dict[str, str]]:
+                  extra_vars: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
     """argv and environment for ansible-playbook on playbooks/verify.yml."""
     root = paths.content_root()
     playbook = root / "playbooks" / "verify.yml"
     argv = [_ansible_playbook(), str(playbook), "-i", inventory]
     if limit:
         argv += ["--limit", limit]
-    if not all_checks:
-        argv += ["--tags", ",".join(["verify_report"] + [f"verify_{n}" for n in checks])]
-    argv += ["-e", json.dumps({"verify_fail_on_error": False, "verify_smoke": "smoke" in checks})]
+    argv += ["-e", json.dumps({"verify_fail_on_error": False, "verify_smoke": "smoke" in checks,
+                               "verify_select": [n for n in checks if n not in ALWAYS]})]
     for ev in extra_vars or []:
         argv += ["-e", ev]
     env = paths.ansible_env({
@@ -418,7 +416,8 @@ def build_document(raw: dict[str, Any], *, selected: list[str], inventory: str =
             continue
         checks.append(_check(node, CHECK_TITLES["reach"], "pass", f"{address} answers"))
         for name, result in results.items():
-            if name not in ALWAYS and isinstance(result, dict):
+            wanted = name == "node" or name in selected or (name == "landing" and "runtime" in selected)
+            if wanted and name not in ALWAYS and isinstance(result, dict):
                 checks.extend(_module_checks(node, name, result))
     compare = raw.get("compare")
     checks.extend(_compare_checks(compare, order, raw_nodes))
@@ -453,8 +452,7 @@ def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), l
     """Run the checks and return the document; raises VerifyError for usage/inventory problems."""
     inv = resolve_inventory(inventory)
     selected = select_checks(list(checks), smoke)
-    argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars,
-                              all_checks=not checks)
+    argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars)
     run = run_playbook(argv, env, timeout=timeout, on_event=on_event)
     if run.timed_out:
         raise TimeoutError(f"verify did not finish within {timeout:.0f} s (ansible-playbook was stopped)")

@@ -33,10 +33,16 @@ def playbook_tags() -> set[str]:
 
 # ---------------------------------------------------------------- checks and playbook in step
 
-def test_every_check_name_is_a_tag_of_the_playbook():
+def test_every_check_name_runs_in_the_playbook():
+    plays = yaml.safe_load((REPO / "playbooks" / "verify.yml").read_text())
+    batch = next(t for t in plays[0]["tasks"] if "provision.cluster.verify_checks" in t)
+    names = set(batch["provision.cluster.verify_checks"]["checks"])
+    for name, spec in batch["provision.cluster.verify_checks"]["checks"].items():
+        assert f"'{name}' in __verify_selected" in spec["when"], name
     tags = playbook_tags()
-    missing = [n for n in core.CHECKS if f"verify_{n}" not in tags]
-    assert not missing, f"CHECKS without a verify_<name> task in playbooks/verify.yml: {missing}"
+    names |= {t.removeprefix("verify_") for t in tags}
+    missing = [n for n in core.CHECKS if n not in names]
+    assert not missing, f"CHECKS that playbooks/verify.yml does not run: {missing}"
     assert "verify_report" in tags
 
 
@@ -56,18 +62,17 @@ def test_select_checks_orders_and_always_has_reach():
         core.select_checks(["nope"], smoke=False)
 
 
-def test_build_command_tags_limit_and_vars(tmp_path):
+def test_build_command_selection_limit_and_vars(tmp_path):
     argv, env = core.build_command(str(tmp_path), checks=["reach", "mesh"], limit="node1",
                                    extra_vars=["gcc_min_version=11"])
     assert argv[1].endswith("playbooks/verify.yml")
     assert argv[argv.index("--limit") + 1] == "node1"
-    assert argv[argv.index("--tags") + 1] == "verify_report,verify_reach,verify_mesh"
     assert "gcc_min_version=11" in argv
-    assert json.loads(argv[argv.index("-e") + 1]) == {"verify_fail_on_error": False, "verify_smoke": False}
+    assert json.loads(argv[argv.index("-e") + 1]) == {"verify_fail_on_error": False, "verify_smoke": False,
+                                                      "verify_select": ["mesh"]}
     assert env["ANSIBLE_STDOUT_CALLBACK"] == "provision.cluster.verify_events"
     assert env["ANSIBLE_CONFIG"].endswith("ansible.cfg")
-    all_argv, _ = core.build_command(str(tmp_path), checks=core.select_checks([], True), all_checks=True)
-    assert "--tags" not in all_argv
+    all_argv, _ = core.build_command(str(tmp_path), checks=core.select_checks([], True))
     assert json.loads(all_argv[all_argv.index("-e") + 1])["verify_smoke"] is True
 
 

@@ -23,7 +23,7 @@ def layout_of(text: str) -> dict:
 def test_block_exports_of_a_real_block():
     layout = layout_of(read("bashrc.lab"))
     assert layout["block"] and not layout["below_guard"]
-    assert layout["block_line"] < layout["guard_line"]
+    assert layout["block_line"] == 1 and layout["guard_line"] is None  # root's .bashrc has no guard
     expected = C.block_exports(layout["block"])
     assert expected["env"]["NCCL_SOCKET_IFNAME"] == "eth1"
     assert expected["env"]["PDSH_RCMD_TYPE"] == "ssh"
@@ -39,10 +39,17 @@ def test_env0_of_a_real_session_passes():
     assert "sees the block's" in check["detail"]
 
 
-def test_block_moved_below_the_guard_fails_with_the_shell_env_fix():
-    text = read("bashrc.lab")
-    rest, block, _at = bashrc.split_block(text)
-    layout = layout_of(rest + block)
+def test_block_placed_by_shell_env_above_debians_guard():
+    _rest, block, _at = bashrc.split_block(read("bashrc.lab"))
+    text, _where = bashrc.place_block(read("skel.bashrc"), block)
+    layout = layout_of(text)
+    assert not layout["below_guard"] and layout["block_line"] < layout["guard_line"]
+    assert text.splitlines()[layout["guard_line"] - 1].startswith("case $- in")
+
+
+def test_block_appended_after_debians_guard_fails_with_the_shell_env_fix():
+    _rest, block, _at = bashrc.split_block(read("bashrc.lab"))
+    layout = layout_of(read("skel.bashrc") + block)
     assert layout["below_guard"]
     check = C.decide("/root/.bashrc", layout, C.block_exports(block), {}, None, "node1")
     assert check["status"] == "fail"

@@ -156,13 +156,9 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
             term.info(f"{name:10} {desc}")
         return
     try:
-        if json_mode:
+        with Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
             doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
-                              extra_vars=list(extra_vars), timeout=timeout)
-        else:
-            with Progress(term) as progress:
-                doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
-                                  extra_vars=list(extra_vars), timeout=timeout, on_event=progress)
+                              extra_vars=list(extra_vars), timeout=timeout, on_event=progress)
     except core.VerifyError as exc:
         term.error(str(exc))
         sys.exit(EXIT_USAGE)
