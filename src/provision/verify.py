@@ -420,7 +420,8 @@ def build_document(raw: dict[str, Any], *, selected: list[str], inventory: str =
             if wanted and name not in ALWAYS and isinstance(result, dict):
                 checks.extend(_module_checks(node, name, result))
     compare = raw.get("compare")
-    checks.extend(_compare_checks(compare, order, raw_nodes))
+    if "versions" in selected:
+        checks.extend(_compare_checks(compare, order, raw_nodes))
     versions = _versions(raw_nodes, order, compare)
     allreduce, smoke_checks = _allreduce(raw, order)
     checks.extend(smoke_checks)

@@ -255,3 +255,43 @@ def test_callback_prints_one_json_object_per_line(capsys):
     assert events[1] == {"event": "result", "host": "node1", "task": "Node reachable", "status": "unreachable",
                          "msg": "Failed to connect"}
     assert events[3]["report"]["hosts"] == ["node1"]
+
+
+# ---------------------------------------------------------------- a real healthy 2-node lab
+
+def test_document_of_a_healthy_lab():
+    doc = core.build_document(recorded("healthy-2nodes.json"), selected=core.select_checks([], False))
+    assert doc["ok"] is True, [c for c in doc["checks"] if c["status"] == "fail"]
+    assert [n["name"] for n in doc["nodes"]] == ["node1", "node2"]
+    by_node = {}
+    for c in doc["checks"]:
+        by_node.setdefault(c["node"], set()).add(c["check"])
+    for node in ("node1", "node2"):
+        for name in ("node reachable", "sshd listening (port 2222)", "port 29500 free", "env block", "gcc",
+                     "gpu", "python_env", "shm", "memlock", "nofile", "landing", "versions equal",
+                     f"ssh {node}->node1", f"ssh {node}->node2", f"pdsh from {node}"):
+            assert name in by_node[node], (node, name, sorted(by_node[node]))
+    assert {c["status"] for c in doc["checks"] if c["check"] == "gpu"} == {"skip"}
+    mesh = doc["mesh"]
+    assert mesh["nodes"] == ["node1", "node2"]
+    assert all(mesh["matrix"][a][b]["ok"] for a in ("node1", "node2") for b in ("node1", "node2"))
+    versions = doc["versions"]
+    assert versions["nodes"]["node1"]["torch"] == versions["nodes"]["node2"]["torch"] == "2.13.0+cpu"
+    assert versions["differing"] == [] and versions["differing_nodes"] == []
+    assert doc["allreduce"] == {"ran": False}
+
+
+def test_selection_keeps_only_the_selected_checks():
+    doc = core.build_document(recorded("healthy-2nodes.json"), selected=["reach", "mesh"])
+    assert {c["check"].split()[0] for c in doc["checks"]} == {"node", "ssh"}
+
+
+def test_human_rendering_of_a_healthy_lab(monkeypatch, tmp_path):
+    monkeypatch.setattr(core, "run_playbook", fake_run(recorded("healthy-2nodes.json")))
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for text in ("ssh mesh (row: from, column: to)", "versions (differing values in red)", "ssh *",
+                 "pdsh from *", "2.13.0+cpu", "verify: OK: 2 node(s)"):
+        assert text in out, text
+    assert "FAIL" not in out
