@@ -21,12 +21,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from site_rerun import BIN, REPO, env_for, playbook, run  # noqa: E402
+from site_rerun import BIN, RECAP, REPO, env_for, run  # noqa: E402
 
 
-def verify_once(env: dict[str, str]) -> tuple[float, dict]:
-    secs, proc = run([str(BIN / "provision"), "verify", "-i", str(REPO / "inventory/lab"), "--json"], env,
-                     timeout=600)
+def playbook(path: str, lab: str, inventory: str) -> tuple[float, int]:
+    """site_rerun.playbook with any inventory: (seconds, changed)."""
+    secs, proc = run([str(BIN / "ansible-playbook"), str(REPO / path), "-i", inventory], env_for(lab))
+    recap = RECAP.findall(proc.stdout)
+    if proc.returncode != 0 or not recap:
+        raise SystemExit(f"{path} failed on lab {lab} (rc={proc.returncode}): {proc.stdout[-2000:]}")
+    return secs, sum(int(r[2]) for r in recap)
+
+
+def verify_once(env: dict[str, str], inventory: str, checks: list[str]) -> tuple[float, dict]:
+    argv = [str(BIN / "provision"), "verify", "-i", inventory, "--json"]
+    for name in checks:
+        argv += ["--check", name]
+    secs, proc = run(argv, env, timeout=600)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"provision verify failed (rc={proc.returncode}): {proc.stderr.strip()[-2000:]}")
     doc = json.loads(proc.stdout)
@@ -41,6 +52,10 @@ def main() -> int:
     ap.add_argument("--prefix", default="vfb", help="lab name prefix (lab = PREFIX<N>)")
     ap.add_argument("--reuse", action="store_true", help="use a lab that is already up and converged")
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
+    ap.add_argument("--check", action="append", default=[], metavar="NAME",
+                    help="only these checks (as provision verify --check), to compare like with like")
+    ap.add_argument("--inventory", default=str(REPO / "inventory/lab"),
+                    help="inventory to verify (default the lab inventory)")
     args = ap.parse_args()
     rows = {}
     for n in args.nodes:
@@ -52,12 +67,12 @@ def main() -> int:
             secs, proc = run([str(BIN / "provision"), "lab", "up", "--name", lab, "--nodes", str(n)], env)
             if proc.returncode != 0:
                 raise SystemExit(proc.stderr)
-            row["site_first_s"] = round(playbook("site.yml", lab)[0], 1)
-        row["ref_s"] = round(statistics.median(playbook("benchmarks/ref_play.yml", lab)[0]
+            row["site_first_s"] = round(playbook("site.yml", lab, args.inventory)[0], 1)
+        row["ref_s"] = round(statistics.median(playbook("benchmarks/ref_play.yml", lab, args.inventory)[0]
                                                for _ in range(args.repeat)), 2)
         times, docs = [], []
         for _ in range(args.repeat):
-            secs, doc = verify_once(env)
+            secs, doc = verify_once(env, args.inventory, args.check)
             times.append(secs)
             docs.append(doc)
         last = docs[-1]

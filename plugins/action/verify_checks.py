@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
         if not isinstance(checks, dict):
             return {"failed": True, "msg": "checks must be a dict: name -> {module, args}"}
         wanted = {name: spec for name, spec in checks.items()
-                  if isinstance(spec, dict) and spec.get("module") and spec.get("when", True) not in (False, "False", "false")}
+                  if isinstance(spec, dict) and spec.get("module") and spec.get("enabled", True) not in (False, "False", "false")}
         bad = [name for name, spec in checks.items() if not isinstance(spec, dict) or not spec.get("module")]
         if bad:
             return {"failed": True, "msg": "checks without a module: %s" % ", ".join(bad)}

@@ -20,8 +20,8 @@ author: provision developers
 options:
   checks:
     description:
-      - name -> C({module, args, when}). C(module) is the module's name (FQCN), C(args) its arguments,
-        C(when) (default true) whether to run it.
+      - name -> C({module, args, enabled}). C(module) is the module's name (FQCN), C(args) its
+        arguments, C(enabled) (default true) whether to run it.
     type: dict
     required: true
   parallel:

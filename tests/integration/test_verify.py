@@ -18,7 +18,8 @@ from helpers import LAB_INVENTORY, REPO, ansible_env, node_exec, tool
 
 pytestmark = pytest.mark.lab
 
-LIMIT_S = 60
+# the issue's bound; PROVISION_VERIFY_LIMIT_S raises it on a machine shared with other heavy work
+LIMIT_S = float(os.environ.get("PROVISION_VERIFY_LIMIT_S", "60"))
 USER_HOME = "/root"  # the lab's cluster_user is root
 # what verify must not touch: dotfiles and configs the roles manage, on every node
 WATCHED = [f"{USER_HOME}/.bashrc", f"{USER_HOME}/.ssh/authorized_keys", f"{USER_HOME}/.ssh/known_hosts",
@@ -105,11 +106,13 @@ FAULTS = [
         2, "cp /root/.ssh/authorized_keys /root/.ssh/ak.vf && "
            "grep -v \"$(podman_key)\" /root/.ssh/ak.vf > /root/.ssh/authorized_keys",
         "mv /root/.ssh/ak.vf /root/.ssh/authorized_keys",
-        "node1", "ssh node1->node2", ["authorized_keys"], id="key-missing-one-direction"),
+        "node1", "ssh node1->node2", ["authorized", "ssh_mesh"], id="key-missing-one-direction"),
     pytest.param(
-        2, "ps -o args= -C sshd | grep -e '-p\\|-f\\|sshd' | head -1 > /root/sshd.vf; pkill -o -x sshd",
-        "$(cat /root/sshd.vf) && rm /root/sshd.vf",
-        "node2", "sshd listening", ["sshd"], id="sshd-down"),
+        # the listener only (open sessions stay); without it the lab inventory falls back to the
+        # podman connection, another inventory may find the node unreachable: either way node2 is
+        # named with the sshd fix
+        2, "kill $(pgrep -f 'sshd: .*\\[listener\\]')", "mkdir -p /run/sshd && /usr/sbin/sshd -f /etc/ssh/sshd_config",
+        "node2", ("sshd listening", "node reachable"), ["sshd"], id="sshd-down"),
     pytest.param(
         1, "python3 -c 'import socket,os,time\n"
            "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", 29500)); s.listen()\n"
@@ -154,7 +157,7 @@ def test_fault_is_named_with_its_fix(lab, node, break_script, restore_script, na
         node_exec(lab.name, node, restore_script)
     assert rc == 1, f"verify passed a broken lab:\n{json.dumps(doc['checks'], indent=1)}"
     assert doc["ok"] is False
-    hits = [c for c in failed(doc) if c["node"] == named and c["check"].startswith(check)]
+    hits = [c for c in failed(doc) if c["node"] == named and c["check"].startswith(check)]  # str or tuple
     assert hits, f"no failed {check!r} on {named}:\n{explain(doc)}"
     assert all(any(w in c["fix"] + c["detail"] for w in fix_words) for c in hits), explain(doc)
     assert all(c["fix"] for c in hits), explain(doc)
