@@ -24,9 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from site_rerun import BIN, RECAP, REPO, env_for, run  # noqa: E402
 
 
+def lab_env(lab: str) -> dict[str, str]:
+    """site_rerun.env_for, keeping ansible.cfg's callbacks (an empty ANSIBLE_CALLBACKS_ENABLED
+    makes ansible-core 2.19 fail with "A non-empty plugin name is required")."""
+    env = env_for(lab)
+    env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
+    return env
+
+
 def playbook(path: str, lab: str, inventory: str) -> tuple[float, int]:
     """site_rerun.playbook with any inventory: (seconds, changed)."""
-    secs, proc = run([str(BIN / "ansible-playbook"), str(REPO / path), "-i", inventory], env_for(lab))
+    secs, proc = run([str(BIN / "ansible-playbook"), str(REPO / path), "-i", inventory], lab_env(lab))
     recap = RECAP.findall(proc.stdout)
     if proc.returncode != 0 or not recap:
         raise SystemExit(f"{path} failed on lab {lab} (rc={proc.returncode}): {proc.stdout[-2000:]}")
@@ -60,7 +68,7 @@ def main() -> int:
     rows = {}
     for n in args.nodes:
         lab = f"{args.prefix}{n}"
-        env = env_for(lab)
+        env = lab_env(lab)
         row: dict = {"nodes": n, "lab": lab}
         if not args.reuse:
             run([str(BIN / "provision"), "lab", "down", "--name", lab], env)
