@@ -306,11 +306,11 @@ def _ensure_network(net: str, subnet: str, lab: str) -> None:
     podman("network", "create", "--internal", "--subnet", subnet, "--label", f"{LABEL}={lab}", net)
 
 
-def _sshd_password_setup(password: str) -> str:
-    return ("set -e; echo 'root:%s' | chpasswd; "
-            "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
-            "> /etc/ssh/sshd_config.d/00-lab-password.conf; ssh-keygen -A >/dev/null; mkdir -p /run/sshd; "
-            "/usr/sbin/sshd -p 2222") % password
+_SSHD_PASSWORD_SETUP = (
+    "set -e; chpasswd; "
+    "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
+    "> /etc/ssh/sshd_config.d/00-lab-password.conf; ssh-keygen -A >/dev/null; mkdir -p /run/sshd; "
+    "/usr/sbin/sshd -p 2222")
 
 
 def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
@@ -362,7 +362,9 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
         podman(*argv)
         started.append(cname)
         if spec.password:
-            podman("exec", cname, "sh", "-c", _sshd_password_setup(spec.password))
+            # the password goes through stdin: never on a command line
+            _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
+                 input_text=f"root:{spec.password}\n")
     if started:
         log(f"started {', '.join(started)}")
     return status(spec.name)

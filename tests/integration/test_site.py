@@ -21,7 +21,7 @@ def test_second_run_changes_nothing_and_uses_ssh(converged_lab):
     assert second.changed == 0, second
     # after first contact the controller talks SSH to the nodes, with host-key checking on
     assert "ESTABLISH SSH CONNECTION" in second.output
-    assert "StrictHostKeyChecking=no" not in second.output
+    assert "StrictHostKeyChecking=yes" in second.output
 
 
 def test_check_diff_is_safe(converged_lab):

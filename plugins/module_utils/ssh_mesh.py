@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""Pure logic of the SSH fabric: managed blocks, known_hosts/authorized_keys/ssh_config/hosts
+rendering, and the classification of ssh client errors. No Ansible imports.
+
+A *node record* is the dict the ssh_identity module returns as ``node``::
+
+    {"name": "node1", "hostname": "node1", "address": "10.89.77.11", "port": 2222,
+     "user": "root", "user_key": "ssh-ed25519 AAAA... root@node1",
+     "host_keys": ["ssh-ed25519 AAAA...", "ecdsa-sha2-nistp256 AAAA...", "ssh-rsa AAAA..."]}
+"""
+
+from __future__ import annotations
+
+import re
+
+MARK = "provision.cluster"
+
+
+def markers(name):
+    return "# BEGIN %s %s" % (MARK, name), "# END %s %s" % (MARK, name)
+
+
+def split_block(text, name):
+    """(before_lines, block_lines or None, after_lines) of the managed block ``name``."""
+    begin, end = markers(name)
+    lines = text.splitlines()
+    try:
+        start = lines.index(begin)
+        stop = lines.index(end, start + 1)
+    except ValueError:
+        return lines, None, []
+    return lines[:start], lines[start + 1:stop], lines[stop + 1:]
+
+
+def merge_block(text, name, body, position="end"):
+    """Return ``text`` with the managed block ``name`` holding exactly ``body`` (list of lines).
+
+    Lines outside the block are kept as they are. A new block goes at the end of the file or,
+    with position='start', at its top (for /etc/hosts, where the first match wins).
+    An empty body removes the block.
+    """
+    before, block, after = split_block(text, name)
+    begin, end = markers(name)
+    new_block = [begin] + list(body) + [end] if body else []
+    if block is None:
+        if position == "start":
+            lines = new_block + before
+        else:
+            lines = before + new_block
+    else:
+        lines = before + new_block + after
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def port_pattern(name, port):
+    """known_hosts host pattern: plain on port 22, [name]:port otherwise."""
+    return name if int(port) == 22 else "[%s]:%d" % (name, int(port))
+
+
+def node_names(node):
+    """Every name a launcher may use for a node, address last, without duplicates."""
+    names = []
+    for n in (node.get("name"), node.get("hostname"), node.get("address")):
+        if n and n not in names:
+            names.append(n)
+    return names
+
+
+def normalize_key(line):
+    """'type base64 [comment]' -> 'type base64' (None when it is not a public key line)."""
+    fields = (line or "").split()
+    if len(fields) < 2 or not re.match(r"^(ssh-|ecdsa-|sk-)", fields[0]):
+        return None
+    return "%s %s" % (fields[0], fields[1])
+
+
+def known_hosts_lines(nodes, extra_names=None):
+    """One line per (node, host key): 'pat1,pat2,[addr]:port type key', address pattern last.
+
+    extra_names maps a node name to more names (e.g. how the controller reaches it).
+    """
+    out = []
+    for node in nodes:
+        names = node_names(node)
+        pats = [port_pattern(n, node["port"]) for n in names]
+        for extra in list(node.get("aliases") or []) + list((extra_names or {}).get(node["name"], [])):
+            if extra not in pats:
+                pats.insert(0, extra)
+        for key in node.get("host_keys") or []:
+            k = normalize_key(key)
+            if k:
+                out.append("%s %s" % (",".join(pats), k))
+    return out
+
+
+def _hostfield_patterns(line):
+    s = line.strip()
+    if not s or s.startswith("#"):
+        return []
+    fields = s.split()
+    if fields[0].startswith("@"):  # @cert-authority / @revoked
+        return []
+    return fields[0].split(",")
+
+
+def drop_stale_known_hosts(lines, patterns):
+    """Remove lines (outside our block) that name any of ``patterns`` (like ssh-keygen -R).
+
+    Returns (kept_lines, removed_lines). Hashed entries (|1|...) cannot be matched and stay.
+    """
+    wanted = set(patterns)
+    kept, removed = [], []
+    for line in lines:
+        if wanted.intersection(_hostfield_patterns(line)):
+            removed.append(line)
+        else:
+            kept.append(line)
+    return kept, removed
+
+
+def render_known_hosts(text, name, nodes, extra_names=None):
+    """New known_hosts content: our block replaced, stale entries for our names removed."""
+    body = known_hosts_lines(nodes, extra_names)
+    ours = set()
+    for line in body:
+        ours.update(_hostfield_patterns(line))
+    before, block, after = split_block(text, name)
+    before, removed_b = drop_stale_known_hosts(before, ours)
+    after, removed_a = drop_stale_known_hosts(after, ours)
+    begin, end = markers(name)
+    rebuilt = "\n".join(before + ([begin] + (block or []) + [end] if block is not None else []) + after)
+    return merge_block(rebuilt + "\n" if rebuilt else "", name, body), removed_b + removed_a
+
+
+def authorized_keys_lines(keys):
+    """Distinct public keys in order (comments kept from the first occurrence)."""
+    seen, out = set(), []
+    for key in keys:
+        k = normalize_key(key)
+        if k and k not in seen:
+            seen.add(k)
+            out.append(" ".join(key.split()[:3]))
+    return out
+
+
+def ssh_config_lines(nodes, user, identity_file):
+    """Host entries so that plain `ssh <name>` reaches the node on the right port and key."""
+    out = []
+    for node in nodes:
+        out += [
+            "Host %s" % " ".join(node_names(node)),
+            "    HostName %s" % node["address"],
+            "    Port %d" % int(node["port"]),
+            "    User %s" % (node.get("user") or user),
+            "    IdentityFile %s" % identity_file,
+            "    IdentitiesOnly yes",
+            "    BatchMode yes",
+        ]
+    return out
+
+
+def etc_hosts_lines(nodes):
+    """'address name hostname' per node (names other than the address)."""
+    return ["%s %s" % (n["address"], " ".join(x for x in node_names(n) if x != n["address"])) for n in nodes
+            if len(node_names(n)) > 1]
+
+
+# ---------------------------------------------------------------- ssh client errors
+
+SSH_ERRORS = [
+    # (class, regex on stderr, fix)
+    ("host_key_changed", r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key for .* has changed",
+     "the node's host key changed (rebuilt?): re-run the ssh_mesh stage, it replaces stale known_hosts entries"),
+    ("host_key_missing", r"No \S+ host key is known for|Host key verification failed",
+     "its host key is not in known_hosts: run the ssh_mesh stage (collects the real host keys)"),
+    ("permission_denied", r"Permission denied \(",
+     "the source's public key is not authorized on the target: run the ssh_mesh stage"),
+    ("connection_refused", r"Connection refused",
+     "nothing listens on the ssh port: run the sshd stage (it starts sshd on sshd_port)"),
+    ("name_unresolvable", r"Could not resolve hostname|Name or service not known|"
+                          r"Temporary failure in name resolution|nodename nor servname",
+     "the name does not resolve: run the ssh_mesh stage (~/.ssh/config and /etc/hosts entries)"),
+    ("no_route", r"No route to host|Network is unreachable",
+     "no route to the target: check cluster_address and the network between the nodes"),
+    ("timeout", r"timed out|Connection timed out|Operation timed out",
+     "the connection timed out: check that cluster_address is reachable on the ssh port (firewall)"),
+]
+
+
+def classify_ssh_error(stderr, rc=255, timed_out=False):
+    """(error_class, one-line message, fix) for a failed ssh call."""
+    text = stderr or ""
+    if timed_out:
+        return "timeout", "no answer within the time limit", SSH_ERRORS[-1][2]
+    for cls, pattern, fix in SSH_ERRORS:
+        if re.search(pattern, text):
+            line = next((ln.strip() for ln in text.splitlines() if re.search(pattern, ln)), "")
+            if cls in ("host_key_changed", "host_key_missing"):
+                # the useful line for host keys is the one naming the key, not the banner
+                for pat in (r"Host key for .* has changed", r"host key is known for", r"Offending"):
+                    named = [ln.strip() for ln in text.splitlines() if re.search(pat, ln)]
+                    if named:
+                        line = named[0]
+                        break
+            return cls, line.strip(" @") or cls, fix
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning:")]
+    return "other", (lines[-1] if lines else "ssh exited %s" % rc), "run `ssh -v` by hand to see why"

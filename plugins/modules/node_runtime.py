@@ -1,0 +1,381 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_runtime
+short_description: Read and check the node runtime limits that break multi-node training
+description:
+  - Reads, from /proc and /sys only, whether the node is a container and of which runtime
+    (podman, docker, containerd/Kubernetes), whether systemd is PID 1, the size and free space
+    of /dev/shm, whether the IPC and pid namespaces are the host's, the NVIDIA GPUs and driver
+    libraries visible inside, and the RDMA devices.
+  - Measures RLIMIT_MEMLOCK and RLIMIT_NOFILE as the cluster user's non-interactive session gets
+    them; O(limits_source) says how, and the result says which way was used.
+  - Decides C(shm), C(memlock) and C(nofile) checks (C({check, status, detail, fix})) with the
+    rules of the node_runtime role README.
+  - Outside containers it can write a pam_limits drop-in (O(manage_limits)) and grow /dev/shm
+    (O(manage_shm)); inside a container it only raises soft limits up to the container's hard
+    limits and names the run options that fix the rest.
+  - Writes a per-node identity token (O(node_id_file)) that M(provision.cluster.ssh_landing) compares.
+  - Read-only in check mode (C(provision verify)).
+version_added: "0.1.0"
+author: provision developers
+options:
+  cluster_user:
+    description: The training user whose session limits are measured and set.
+    type: str
+    default: root
+  limits_source:
+    description:
+      - How the limits are measured. C(ssh) runs C(ssh <ssh_host> cat /proc/self/limits) as
+        O(cluster_user) (what pdsh, DeepSpeed and mpirun get). C(login) runs
+        C(runuser -l <user>) (PAM session with pam_limits, like sshd). C(module) reads this
+        module's own limits. C(auto) tries ssh (when O(ssh_host) is set), then login, then module.
+    type: str
+    choices: [auto, ssh, login, module]
+    default: auto
+  ssh_host:
+    description: The name under which this node reaches itself over ssh (the mesh's name for it).
+    type: str
+  ssh_timeout:
+    description: Seconds for each ssh connection.
+    type: int
+    default: 10
+  min_nofile:
+    description: The minimum soft RLIMIT_NOFILE.
+    type: int
+    default: 16384
+  shm_min:
+    description: The smallest /dev/shm any node needs (e.g. C(1g)).
+    type: str
+    default: 1g
+  shm_per_gpu:
+    description: /dev/shm needed per GPU; required size is max(O(shm_min), O(shm_per_gpu) x GPUs).
+    type: str
+    default: 2g
+  gpus:
+    description: GPUs per node for the /dev/shm rule; detected from /dev/nvidiaN when omitted.
+    type: int
+  require_memlock_unlimited:
+    description: C(auto) requires unlimited memlock only where RDMA devices exist; C(true) always; C(false) never.
+    type: str
+    choices: [auto, "true", "false"]
+    default: auto
+  manage_limits:
+    description: Write O(limits_file) (bare metal/VM memlock and nofile; in containers only soft limits up to the hard ones).
+    type: bool
+    default: false
+  limits_file:
+    description: The pam_limits drop-in this module owns.
+    type: path
+    default: /etc/security/limits.d/90-provision.conf
+  manage_shm:
+    description: Outside containers, remount /dev/shm to the required size and record it in /etc/fstab.
+    type: bool
+    default: false
+  fstab:
+    description: The fstab to record the /dev/shm size in.
+    type: path
+    default: /etc/fstab
+  on_container_limit:
+    description: Status of a failed check that only the container runtime can fix (C(fail) or C(warn)).
+    type: str
+    choices: [fail, warn]
+    default: fail
+  container:
+    description: Override the container detection (C(auto) trusts the evidence).
+    type: str
+    choices: [auto, "true", "false"]
+    default: auto
+  node_id:
+    description: This node's inventory name; written with a random nonce to O(node_id_file).
+    type: str
+  node_id_file:
+    description: The per-node identity token file.
+    type: path
+    default: /etc/provision/node-id
+  cluster_address:
+    description: The node's cluster address (goes into the identity the landing check compares).
+    type: str
+  fail_on_check:
+    description: Fail (one line per failed check, with its fix) instead of only returning the checks.
+    type: bool
+    default: false
+notes:
+  - Limits written to a pam_limits drop-in apply to new sessions; the module re-measures after writing.
+  - Containers cannot raise their hard limits or /dev/shm from inside; the fix names the run options.
+"""
+
+EXAMPLES = r"""
+- name: Runtime limits of the training user, fixed where the node allows
+  provision.cluster.node_runtime:
+    cluster_user: "{{ cluster_user | default('root') }}"
+    ssh_host: "{{ inventory_hostname }}"
+    node_id: "{{ inventory_hostname }}"
+    cluster_address: "{{ cluster_address }}"
+    manage_limits: true
+    fail_on_check: true
+
+- name: Read-only (verify)
+  provision.cluster.node_runtime:
+    ssh_host: "{{ inventory_hostname }}"
+  check_mode: true
+  register: verify_r_runtime
+"""
+
+RETURN = r"""
+checks:
+  description: One result per check (shm, memlock, nofile) with C(measured) and C(required) values.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"check": "shm", "status": "fail", "detail": "/dev/shm is 64 MiB, need >= 1 GiB (max(1 GiB, 2 GiB x 0 GPU))",
+            "fix": "re-create the container with `podman run --shm-size=1g (or --ipc=host to share the host's /dev/shm)`"}]
+limits:
+  description: The measured limits (bytes for memlock, null = unlimited), how they were measured, and the session's CapEff.
+  returned: always
+  type: dict
+  sample: {"source": "ssh", "memlock": {"soft": 65536, "hard": 65536}, "nofile": {"soft": 1024, "hard": 4096}}
+ansible_facts:
+  description: C(node_runtime) with container, pid1, systemd, namespaces, shm, gpus, rdma, nr_open, limits and identity.
+  returned: always
+  type: dict
+dropin:
+  description: The pam_limits lines the module manages (empty when none are needed).
+  returned: always
+  type: list
+"""
+
+import os
+import pwd
+import shlex
+import subprocess
+import uuid
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
+    apply_container_policy, check_memlock, check_nofile, check_shm, collect_snapshot, docker_size,
+    fstab_with_shm, limits_dropin_lines, node_identity, parse_capeff, parse_limits, parse_size, render_dropin,
+    runtime_facts, validate_dropin,
+)
+
+MEASURE = "cat /proc/self/limits /proc/self/status"
+
+
+def _as_user(module, user, argv):
+    """argv run as user (root runs it directly when user is root)."""
+    if pwd.getpwuid(os.getuid()).pw_name == user:
+        return argv
+    runuser = module.get_bin_path("runuser") or module.get_bin_path("su")
+    if runuser and runuser.endswith("runuser"):
+        return [runuser, "-u", user, "--"] + argv
+    return [runuser, "-s", "/bin/sh", user, "-c", " ".join(shlex.quote(a) for a in argv)]
+
+
+def _run(argv, timeout):
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 255, "", str(exc)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def measure_limits(module, p):
+    """-> (limits dict, capeff, source, notes)."""
+    notes = []
+    want = p["limits_source"]
+    order = [want] if want != "auto" else (["ssh"] if p["ssh_host"] else []) + ["login", "module"]
+    for source in order:
+        if source == "ssh":
+            if not p["ssh_host"]:
+                notes.append("ssh: no ssh_host given")
+                continue
+            ssh = module.get_bin_path("ssh")
+            if not ssh:
+                notes.append("ssh: no ssh client")
+                continue
+            argv = _as_user(module, p["cluster_user"], [
+                ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % p["ssh_timeout"],
+                p["ssh_host"], MEASURE])
+            rc, out, err = _run(argv, p["ssh_timeout"] + 10)
+        elif source == "login":
+            runuser = module.get_bin_path("runuser")
+            if not runuser:
+                notes.append("login: no runuser")
+                continue
+            rc, out, err = _run([runuser, "-l", p["cluster_user"], "-c", MEASURE], 30)
+        else:
+            with open("/proc/self/limits") as fh, open("/proc/self/status") as fs:
+                rc, out, err = 0, fh.read() + fs.read(), ""
+        limits = parse_limits(out)
+        if rc == 0 and "nofile" in limits:
+            return limits, parse_capeff(out), source, notes
+        notes.append("%s: %s" % (source, (err or out).strip().splitlines()[-1] if (err or out).strip() else "rc %d" % rc))
+    return {}, None, "none", notes
+
+
+def write_file(module, path, content, mode, result, validate=None):
+    """Atomic write when content differs; honours check mode; records a diff."""
+    try:
+        with open(path) as fh:
+            before = fh.read()
+    except OSError:
+        before = None
+    if before == content:
+        return False
+    if validate:
+        validate(content)
+    result["diff"].append({"before_header": path, "after_header": path,
+                           "before": before or "", "after": content or ""})
+    if module.check_mode:
+        return True
+    if content is None:
+        os.unlink(path)
+        return True
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = "%s.provision-tmp" % path
+    with open(tmp, "w") as fh:
+        fh.write(content)
+    os.chmod(tmp, mode)
+    module.atomic_move(tmp, path)
+    return True
+
+
+def node_token(module, p, result):
+    """'<inventory name> <nonce>', kept while the name matches."""
+    try:
+        with open(p["node_id_file"]) as fh:
+            current = fh.read().strip()
+    except OSError:
+        current = ""
+    if not p["node_id"]:
+        return current
+    if current.split()[:1] == [p["node_id"]]:
+        return current
+    token = "%s %s" % (p["node_id"], uuid.uuid4().hex)
+    if write_file(module, p["node_id_file"], token + "\n", 0o644, result):
+        result["changed"] = True
+    return current if module.check_mode else token
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            cluster_user=dict(type="str", default="root"),
+            limits_source=dict(type="str", default="auto", choices=["auto", "ssh", "login", "module"]),
+            ssh_host=dict(type="str"),
+            ssh_timeout=dict(type="int", default=10),
+            min_nofile=dict(type="int", default=16384),
+            shm_min=dict(type="str", default="1g"),
+            shm_per_gpu=dict(type="str", default="2g"),
+            gpus=dict(type="int"),
+            require_memlock_unlimited=dict(type="str", default="auto", choices=["auto", "true", "false"]),
+            manage_limits=dict(type="bool", default=False),
+            limits_file=dict(type="path", default="/etc/security/limits.d/90-provision.conf"),
+            manage_shm=dict(type="bool", default=False),
+            fstab=dict(type="path", default="/etc/fstab"),
+            on_container_limit=dict(type="str", default="fail", choices=["fail", "warn"]),
+            container=dict(type="str", default="auto", choices=["auto", "true", "false"]),
+            node_id=dict(type="str"),
+            node_id_file=dict(type="path", default="/etc/provision/node-id"),
+            cluster_address=dict(type="str"),
+            fail_on_check=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    result = {"changed": False, "diff": [], "notes": []}
+    try:
+        shm_min, shm_per_gpu = parse_size(p["shm_min"]), parse_size(p["shm_per_gpu"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+
+    ldconfig = module.get_bin_path("ldconfig", opt_dirs=["/sbin", "/usr/sbin"])
+    ld_out = _run([ldconfig, "-p"], 30)[1] if ldconfig else None
+    snap = collect_snapshot(ldconfig_output=ld_out)
+    facts = runtime_facts(snap)
+    if p["container"] != "auto":
+        facts["container"]["container"] = p["container"] == "true"
+        facts["container"]["evidence"].append("container=%s set by the play" % p["container"])
+    in_container = facts["container"]["container"]
+    runtime = facts["container"]["runtime"]
+    gpus = p["gpus"] if p["gpus"] is not None else facts["gpus"]["count"]
+    require = p["require_memlock_unlimited"]
+    memlock_wanted = facts["rdma"]["present"] if require == "auto" else require == "true"
+    token = node_token(module, p, result)
+
+    limits, capeff, source, notes = measure_limits(module, p)
+    result["notes"] += notes
+
+    dropin = []
+    if p["manage_limits"]:
+        try:
+            dropin = limits_dropin_lines(p["cluster_user"], limits, in_container, p["min_nofile"],
+                                         memlock_wanted, facts["nr_open"])
+        except ValueError as exc:
+            module.fail_json(msg=str(exc), **result)
+        header = ("# Managed by provision (role node_runtime, module provision.cluster.node_runtime).\n"
+                  "# Limits for the training user's sessions (pam_limits). Changes here are overwritten.\n")
+        content = render_dropin(dropin, header) if dropin else None
+        try:
+            wrote = write_file(module, p["limits_file"], content, 0o644, result,
+                               validate=validate_dropin if content else None)
+        except (ValueError, OSError) as exc:
+            module.fail_json(msg="%s: %s" % (p["limits_file"], exc), changed=result["changed"])
+        if wrote:
+            result["changed"] = True
+            if not module.check_mode:
+                limits, capeff, source, notes = measure_limits(module, p)
+
+    if p["manage_shm"] and not in_container:
+        need = max(shm_min, shm_per_gpu * gpus)
+        shm = facts["shm"]
+        if shm["size"] is not None and shm["size"] < need:
+            result["changed"] = True
+            if not module.check_mode:
+                mount = module.get_bin_path("mount", required=True)
+                rc, out, err = module.run_command([mount, "-o", "remount,size=%s" % docker_size(need), "/dev/shm"])
+                if rc != 0:
+                    module.fail_json(msg="remount of /dev/shm to %s failed: %s" % (docker_size(need), err.strip()), **result)
+                facts["shm"] = runtime_facts(collect_snapshot())["shm"]
+            try:
+                with open(p["fstab"]) as fh:
+                    fstab = fh.read()
+            except OSError:
+                fstab = ""
+            write_file(module, p["fstab"], fstab_with_shm(fstab, docker_size(need)), 0o644, result)
+
+    lim_json = {k: {"soft": v[0], "hard": v[1]} for k, v in limits.items() if k in ("memlock", "nofile")}
+    lim_json.update({"source": source, "capeff": "%x" % capeff if capeff is not None else None})
+    facts["limits"] = lim_json
+    facts["gpus_for_rules"] = gpus
+    ident = node_identity(snap, token)
+    ident.update({"name": p["node_id"], "address": p["cluster_address"]})
+    facts["identity"] = ident
+
+    checks = [
+        check_shm(facts["shm"], gpus, in_container, runtime, shm_min, shm_per_gpu, p["manage_shm"],
+                  facts["namespaces"]["host_ipc"]),
+        check_memlock(limits, facts["rdma"], in_container, runtime, capeff, require, source, p["limits_file"],
+                      p["manage_limits"]),
+        check_nofile(limits, p["min_nofile"], in_container, runtime, source, p["limits_file"], p["manage_limits"]),
+    ]
+    apply_container_policy(checks, in_container, p["on_container_limit"])
+    result.update(checks=checks, limits=lim_json, dropin=[" ".join(x) for x in dropin],
+                  ansible_facts={"node_runtime": facts})
+    if not module._diff:
+        result.pop("diff")
+    failed = [c for c in checks if c["status"] == "fail"]
+    if p["fail_on_check"] and failed:
+        who = (p["node_id"] + ": ") if p["node_id"] else ""
+        module.fail_json(msg="; ".join("%s%s | fix: %s" % (who, c["detail"], c["fix"]) for c in failed),
+                         changed=result["changed"], checks=checks, limits=lim_json)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

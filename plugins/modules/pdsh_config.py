@@ -1,0 +1,170 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: pdsh_config
+short_description: pdsh's hosts file and ssh as its rcmd, then proof that pdsh reaches every node
+description:
+  - Reports whether C(pdsh) is installed (RV(found)); when it is not, does nothing else (the pdsh
+    role installs the package and calls it again, so a re-run does no package work).
+  - Writes O(hosts_file) (one node name per line, in node order) and, where the distribution's
+    C(pdsh) wrapper reads it (Debian/Ubuntu), C(/etc/pdsh/rcmd_default) = C(ssh); atomically and
+    only when they differ.
+  - With O(check), runs C(pdsh -w ^HOSTS_FILE hostname) as O(user) with C(PDSH_RCMD_TYPE=ssh),
+    bounded by C(-t) (connect) and C(-u) (command) timeouts, and reports every node that did not
+    answer or answered with another hostname. In check mode the check still runs (read-only)
+    when the files are already right.
+version_added: "0.1.0"
+author: provision developers
+options:
+  hosts:
+    description: Node names, as ssh resolves them through ~/.ssh/config (the inventory names).
+    type: list
+    elements: str
+    required: true
+  hosts_file:
+    description: The pdsh hosts file (C(pdsh -w ^FILE)); C(WCOLL) points at it too.
+    type: path
+    default: /etc/pdsh/hosts
+  rcmd_default:
+    description: Written to C(rcmd_default_path) when the pdsh wrapper reads that file; empty to leave it.
+    type: str
+    default: ssh
+  rcmd_default_path:
+    description: The file Debian's pdsh wrapper reads its default rcmd from.
+    type: path
+    default: /etc/pdsh/rcmd_default
+  check:
+    description: Run pdsh to every node and compare the answers with O(expect_hostnames).
+    type: bool
+    default: true
+  expect_hostnames:
+    description: Hostnames that must answer (default O(hosts)).
+    type: list
+    elements: str
+  user:
+    description: Run the check as this user (the cluster user).
+    type: str
+  connect_timeout:
+    description: pdsh C(-t), seconds.
+    type: int
+    default: 10
+  command_timeout:
+    description: pdsh C(-u), seconds; also the limit of the whole check (plus O(connect_timeout)).
+    type: int
+    default: 30
+notes:
+  - Supports check mode and diff mode.
+"""
+
+EXAMPLES = r"""
+- name: pdsh hosts file and check
+  provision.cluster.pdsh_config:
+    hosts: "{{ ansible_play_hosts }}"
+    user: "{{ cluster_user }}"
+"""
+
+RETURN = r"""
+found: {description: pdsh is installed., returned: always, type: bool}
+rcmd_default_supported: {description: The pdsh wrapper reads rcmd_default., returned: always, type: bool}
+answers: {description: node -> hostname it answered with., returned: when check ran, type: dict, sample: {node1: node1}}
+missing: {description: Nodes that did not answer (or answered wrongly), with pdsh's error line., returned: always, type: list, elements: str}
+checks: {description: One check C(pdsh from SOURCE) in the shape of C(provision verify)., returned: always, type: list, elements: dict}
+"""
+
+import os
+import pwd
+import socket
+import subprocess
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.pdsh import missing_answers, parse_pdsh_output
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            hosts=dict(type="list", elements="str", required=True),
+            hosts_file=dict(type="path", default="/etc/pdsh/hosts"),
+            rcmd_default=dict(type="str", default="ssh"),
+            rcmd_default_path=dict(type="path", default="/etc/pdsh/rcmd_default"),
+            check=dict(type="bool", default=True),
+            expect_hostnames=dict(type="list", elements="str"),
+            user=dict(type="str"),
+            connect_timeout=dict(type="int", default=10),
+            command_timeout=dict(type="int", default=30),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    pdsh = module.get_bin_path("pdsh")
+    if not pdsh:
+        module.exit_json(changed=False, found=False, rcmd_default_supported=False, missing=[], checks=[])
+    wrapper = _read(pdsh) if os.path.getsize(pdsh) < 65536 else ""
+    rcmd_supported = bool(wrapper) and p["rcmd_default_path"] in (wrapper or "")
+    files = [(p["hosts_file"], "".join(h + "\n" for h in p["hosts"]))]
+    if rcmd_supported and p["rcmd_default"]:
+        files.append((p["rcmd_default_path"], p["rcmd_default"] + "\n"))
+    changed, diffs = False, []
+    for path, content in files:
+        old = _read(path)
+        if old == content:
+            continue
+        changed = True
+        diffs.append({"before": old or "", "after": content, "before_header": path, "after_header": path})
+        if not module.check_mode:
+            os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".pdsh.")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(content)
+            os.chmod(tmp, 0o644)
+            module.atomic_move(tmp, path)
+    result = dict(changed=changed, found=True, rcmd_default_supported=rcmd_supported, missing=[], checks=[])
+    if diffs and module._diff:
+        result["diff"] = diffs
+    if p["check"] and not (module.check_mode and changed):
+        env = dict(os.environ, PDSH_RCMD_TYPE="ssh", LANG="C")
+        kwargs = {}
+        if p["user"]:
+            try:
+                pw = pwd.getpwnam(p["user"])
+            except KeyError:
+                module.fail_json(msg="user %s does not exist" % p["user"])
+            env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
+            if pw.pw_uid != os.getuid():
+                kwargs = dict(user=pw.pw_uid, group=pw.pw_gid, extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid))
+            kwargs["cwd"] = pw.pw_dir
+        argv = [pdsh, "-t", str(p["connect_timeout"]), "-u", str(p["command_timeout"]),
+                "-w", "^" + p["hosts_file"], "hostname"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
+                                  timeout=p["connect_timeout"] + p["command_timeout"] + 5, **kwargs)
+            out, err = proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired:
+            out, err = "", "pdsh@%s: all: timed out" % socket.gethostname()
+        answers, errors = parse_pdsh_output(out, err)
+        expect = p["expect_hostnames"] or p["hosts"]
+        missing = missing_answers(p["hosts"], expect, answers, errors)
+        source = socket.gethostname()
+        result.update(answers=answers, missing=missing, checks=[{
+            "check": "pdsh from %s" % source, "status": "fail" if missing else "pass",
+            "detail": "; ".join(missing) or "%d/%d nodes answered" % (len(answers), len(p["hosts"])),
+            "fix": "run the ssh_mesh and pdsh stages; try `PDSH_RCMD_TYPE=ssh pdsh -w ^%s hostname`"
+                   % p["hosts_file"] if missing else ""}])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

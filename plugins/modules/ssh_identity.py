@@ -1,0 +1,202 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: ssh_identity
+short_description: A user's SSH key pair made on the host, plus the host's public host keys
+description:
+  - Creates C(~/.ssh) (0700) and, when missing, an SSH key pair for O(user) with C(ssh-keygen),
+    on the host itself, owned by the user (private key 0600). The private key is never read.
+  - When only the public half is missing it is derived again with C(ssh-keygen -y).
+  - Returns the user's public key, the host's public host keys (C(/etc/ssh/ssh_host_*_key.pub))
+    and its hostname, as one node record (RV(node)) that M(provision.cluster.ssh_mesh) takes for
+    every node. O(name), O(address) and O(port) are passed through into that record.
+  - Used for the nodes and, run locally, for the controller's own key.
+version_added: "0.1.0"
+author: provision developers
+options:
+  user:
+    description: The account owning the key. Default is the user the module runs as.
+    type: str
+  key_file:
+    description: Private key path, relative to the user's home unless absolute.
+    type: str
+    default: .ssh/id_ed25519
+  key_type:
+    description: Key type for a new key.
+    type: str
+    choices: [ed25519, ecdsa, rsa]
+    default: ed25519
+  comment:
+    description: Comment of a new key. Default C(user@hostname).
+    type: str
+  name:
+    description: The node's inventory name, copied into RV(node).
+    type: str
+  address:
+    description: Where peers reach the node (cluster_address), copied into RV(node).
+    type: str
+  port:
+    description: The node's cluster sshd port, copied into RV(node).
+    type: int
+    default: 2222
+  aliases:
+    description: More known_hosts host patterns for this node (e.g. C([public-ip]:22)), copied into RV(node).
+    type: list
+    elements: str
+    default: []
+  host_keys_dir:
+    description: Where the host's public host keys are.
+    type: path
+    default: /etc/ssh
+notes:
+  - Supports check mode (reports a key that would be made; RV(public_key) is empty then).
+"""
+
+EXAMPLES = r"""
+- name: Key pair of the cluster user, made on the node
+  provision.cluster.ssh_identity:
+    user: "{{ cluster_user }}"
+    name: "{{ inventory_hostname }}"
+    address: "{{ cluster_address }}"
+    port: "{{ sshd_port }}"
+  register: identity
+
+- name: The controller's key (made on the controller when missing)
+  provision.cluster.ssh_identity:
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+public_key: {description: The user's public key line., returned: always, type: str, sample: "ssh-ed25519 AAAAC3... root@node1"}
+key_file: {description: Absolute path of the private key (never read)., returned: always, type: str}
+home: {description: The user's home., returned: always, type: str, sample: /home/train}
+generated: {description: A new key pair was made., returned: always, type: bool}
+node:
+  description: The node record for M(provision.cluster.ssh_mesh).
+  returned: always
+  type: dict
+  contains:
+    name: {description: O(name) (or the hostname)., type: str}
+    hostname: {description: The host's hostname., type: str}
+    address: {description: O(address) (or the hostname)., type: str}
+    port: {description: O(port)., type: int}
+    user: {description: The key's owner., type: str}
+    user_key: {description: RV(public_key)., type: str}
+    host_keys: {description: The host's public host keys (type and base64)., type: list, elements: str}
+    aliases: {description: O(aliases)., type: list, elements: str}
+"""
+
+import glob
+import os
+import pwd
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import normalize_key
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def host_public_keys(directory):
+    keys = []
+    for path in sorted(glob.glob(os.path.join(directory, "ssh_host_*_key.pub"))):
+        key = normalize_key(_read(path))
+        if key:
+            keys.append(key)
+    return keys
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            user=dict(type="str"),
+            key_file=dict(type="str", default=".ssh/id_ed25519"),
+            key_type=dict(type="str", choices=["ed25519", "ecdsa", "rsa"], default="ed25519"),
+            comment=dict(type="str"),
+            name=dict(type="str"),
+            address=dict(type="str"),
+            port=dict(type="int", default=2222),
+            aliases=dict(type="list", elements="str", default=[]),
+            host_keys_dir=dict(type="path", default="/etc/ssh"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        pw = pwd.getpwnam(p["user"]) if p["user"] else pwd.getpwuid(os.getuid())
+    except KeyError:
+        module.fail_json(msg="user %s does not exist: create it (ssh_mesh_create_user: true)" % p["user"])
+    hostname = socket.gethostname()
+    key_file = p["key_file"] if os.path.isabs(p["key_file"]) else os.path.join(pw.pw_dir, p["key_file"])
+    ssh_dir = os.path.dirname(key_file)
+    changed = generated = False
+    keygen = module.get_bin_path("ssh-keygen", required=True)
+    as_other = os.getuid() != pw.pw_uid
+
+    if not os.path.isdir(ssh_dir):
+        changed = True
+        if not module.check_mode:
+            os.makedirs(ssh_dir, 0o700)
+            if as_other:
+                os.chown(ssh_dir, pw.pw_uid, pw.pw_gid)
+    elif os.stat(ssh_dir).st_mode & 0o077 and ssh_dir == os.path.join(pw.pw_dir, ".ssh"):
+        changed = True  # sshd's StrictModes refuses group/world-writable ~/.ssh
+        if not module.check_mode:
+            os.chmod(ssh_dir, 0o700)
+
+    if not os.path.exists(key_file):
+        changed = generated = True
+        if not module.check_mode:
+            comment = p["comment"] or "%s@%s" % (pw.pw_name, hostname)
+            for path in (key_file, key_file + ".pub"):
+                if os.path.exists(path):
+                    os.unlink(path)
+            rc, out, err = module.run_command([keygen, "-q", "-t", p["key_type"], "-N", "", "-C", comment,
+                                               "-f", key_file])
+            if rc != 0:
+                module.fail_json(msg="ssh-keygen failed: %s" % (err or out).strip())
+    elif not os.path.exists(key_file + ".pub"):
+        changed = True
+        if not module.check_mode:
+            rc, out, err = module.run_command([keygen, "-y", "-f", key_file])
+            if rc != 0:
+                module.fail_json(msg="cannot derive %s.pub: %s" % (key_file, (err or out).strip()))
+            with open(key_file + ".pub", "w", encoding="utf-8") as handle:
+                handle.write(out.strip() + "\n")
+    if changed and not module.check_mode and as_other:
+        for path in (key_file, key_file + ".pub"):
+            if os.path.exists(path):
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+    if os.path.exists(key_file) and os.stat(key_file).st_mode & 0o077:
+        changed = True
+        if not module.check_mode:
+            os.chmod(key_file, 0o600)
+
+    public_key = _read(key_file + ".pub")
+    node = {
+        "name": p["name"] or hostname,
+        "hostname": hostname,
+        "address": p["address"] or hostname,
+        "port": p["port"],
+        "user": pw.pw_name,
+        "user_key": public_key,
+        "host_keys": host_public_keys(p["host_keys_dir"]),
+        "aliases": p["aliases"],
+    }
+    module.exit_json(changed=changed, generated=generated, public_key=public_key, key_file=key_file,
+                     home=pw.pw_dir, node=node)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: ssh_landing
+short_description: Check that `ssh <peer>` from this node lands in the node the inventory means
+description:
+  - From this node, as O(user), runs C(ssh <name>) for every name of every peer (the node itself
+    included) the way pdsh, DeepSpeed and mpirun do (BatchMode, the user's ~/.ssh/config and
+    known_hosts, no host-key shortcuts), and reads back the identity the session sees
+    (/etc/provision/node-id, hostname, boot_id, the IPv4 addresses on its interfaces).
+  - Compares it with the identity Ansible gathered from that peer (M(provision.cluster.node_runtime)
+    writes the per-node token). The token must match, the peer's cluster address must be on the
+    interfaces of the machine reached, the hostname must match. A container on the host network
+    whose C(ssh node2) reaches the host's sshd, or a name that resolves to a sibling, fails
+    naming the pair.
+  - Read-only; the ssh connections run in parallel, each bounded by O(timeout).
+version_added: "0.1.0"
+author: provision developers
+options:
+  node:
+    description: This node's inventory name (for the messages).
+    type: str
+    required: true
+  user:
+    description: The user who runs ssh (the cluster user).
+    type: str
+    default: root
+  peers:
+    description:
+      - Identities of the nodes, as M(provision.cluster.node_runtime) returns them in
+        C(node_runtime.identity), C(name), C(address), C(hostname), C(token).
+      - C(name) and C(address) suffice (inventory only, e.g. under the free strategy); then the
+        inventory name in the peer's node-id file is compared instead of the whole token.
+    type: list
+    elements: dict
+    required: true
+  names:
+    description:
+      - Which names of each peer to ssh to, C(inventory) (its inventory name), C(hostname), C(address)
+        (its cluster address). The ssh mesh makes the first two; launchers' hostfiles use them.
+    type: list
+    elements: str
+    choices: [inventory, hostname, address]
+    default: [inventory, hostname]
+  timeout:
+    description: Seconds for each ssh connection (ConnectTimeout; the whole call is bounded by twice that).
+    type: int
+    default: 10
+  fail_on_check:
+    description: Fail with the check's detail and fix when a name lands in the wrong place.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: ssh <peer> lands in the node the inventory means
+  provision.cluster.ssh_landing:
+    node: "{{ inventory_hostname }}"
+    user: "{{ cluster_user | default('root') }}"
+    peers: "{{ ansible_play_hosts | map('extract', hostvars) | selectattr('node_runtime', 'defined')
+               | map(attribute='node_runtime.identity') | list }}"
+    fail_on_check: true
+"""
+
+RETURN = r"""
+checks:
+  description: One C(landing) check for this node.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"check": "landing", "status": "fail",
+            "detail": "node1: `ssh node2` landed on node1, not node2: node-id is node1; 10.89.7.12 is not on its interfaces",
+            "fix": "on node1 make each name resolve to its node: fix ~/.ssh/config (HostName/Port) and /etc/hosts for node2"}]
+pairs:
+  description: Every name tried, with the peer meant, ok, the reason and what the session reported.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+import pwd
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
+    LANDING_SCRIPT, check_landing, landing_verdict, parse_landing_report,
+)
+
+
+def probe(ssh_argv, alias, peer, timeout):
+    argv = ssh_argv + ["-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % timeout, alias, LANDING_SCRIPT]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=2 * timeout + 5,
+                              stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        return {"alias": alias, "peer": peer["name"], "ok": False,
+                "reason": "`ssh %s` timed out after %d s" % (alias, 2 * timeout + 5)}
+    if proc.returncode != 0:
+        err = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
+        return {"alias": alias, "peer": peer["name"], "ok": False, "reason": "`ssh %s` failed: %s" % (alias, err)}
+    try:
+        reported = parse_landing_report(proc.stdout)
+    except ValueError as exc:
+        return {"alias": alias, "peer": peer["name"], "ok": False, "reason": "`ssh %s`: %s" % (alias, exc)}
+    ok, reason = landing_verdict(alias, peer, reported)
+    return {"alias": alias, "peer": peer["name"], "ok": ok, "reason": reason, "reported": reported}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            node=dict(type="str", required=True),
+            user=dict(type="str", default="root"),
+            peers=dict(type="list", elements="dict", required=True),
+            names=dict(type="list", elements="str", default=["inventory", "hostname"],
+                       choices=["inventory", "hostname", "address"]),
+            timeout=dict(type="int", default=10),
+            fail_on_check=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    ssh = module.get_bin_path("ssh", required=True)
+    if pwd.getpwuid(os.getuid()).pw_name == p["user"]:
+        ssh_argv = [ssh]
+    else:
+        ssh_argv = [module.get_bin_path("runuser", required=True), "-u", p["user"], "--", ssh]
+    jobs = []
+    field = {"inventory": "name", "hostname": "hostname", "address": "address"}
+    for peer in p["peers"]:
+        for alias in dict.fromkeys(peer.get(field[n]) for n in p["names"]):
+            if alias:
+                jobs.append((alias, peer))
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
+        pairs = list(pool.map(lambda j: probe(ssh_argv, j[0], j[1], p["timeout"]), jobs))
+    check = check_landing(p["node"], pairs)
+    result = {"changed": False, "checks": [check], "pairs": pairs}
+    if p["fail_on_check"] and check["status"] == "fail":
+        module.fail_json(msg="%s | fix: %s" % (check["detail"], check["fix"]), checks=[check],
+                         pairs=[{k: v for k, v in pair.items() if k != "reported"} for pair in pairs])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: ssh_mesh
+short_description: authorized_keys, known_hosts, ~/.ssh/config and /etc/hosts for a set of nodes
+description:
+  - Takes the node records that M(provision.cluster.ssh_identity) returned on every node and
+    writes, each as one managed block (C(# BEGIN provision.cluster NAME) ... C(# END ...)) that
+    keeps every line outside it, written atomically and only when it changed
+    - C(~/.ssh/authorized_keys) of O(user) with every node's user key (the node itself included)
+    - C(~/.ssh/known_hosts) with every node's real host keys under its inventory name, hostname and
+      address, in the C([name]:port) form for ports other than 22. Entries outside the block that
+      name one of our nodes are removed (like C(ssh-keygen -R)), so a rebuilt node's old key goes.
+    - C(~/.ssh/config) with a C(Host) entry per node (HostName, Port, User, IdentityFile,
+      IdentitiesOnly, BatchMode) so that plain C(ssh node2) works for pdsh, DeepSpeed, mpirun
+    - O(hosts_file) (C(/etc/hosts)) with C(address name hostname) per node, at the top of the file
+      so that these names win over other lines (e.g. C(127.0.1.1 node1)).
+  - O(authorize) adds more keys for more users (the controller's key for C(ansible_user)).
+  - Run on the controller with only O(known_hosts_path) it records the nodes' host keys there.
+  - Never sets StrictHostKeyChecking or any other host key override.
+version_added: "0.1.0"
+author: provision developers
+options:
+  nodes:
+    description:
+      - Node records (C(name), C(hostname), C(address), C(port), C(user), C(user_key), C(host_keys)),
+        in node order, see M(provision.cluster.ssh_identity).
+    type: list
+    elements: dict
+    required: true
+  user:
+    description: The account whose ~/.ssh files are written. Default the user running the module.
+    type: str
+  block_name:
+    description: Name in the block markers; one block per cluster in shared files.
+    type: str
+    default: cluster
+  identity_file:
+    description: IdentityFile written into ~/.ssh/config (expanded by ssh on the node).
+    type: str
+    default: ~/.ssh/id_ed25519
+  authorized_keys:
+    description: Write the nodes' user keys into O(user)'s authorized_keys.
+    type: bool
+    default: true
+  known_hosts:
+    description: Write the nodes' host keys into O(user)'s known_hosts.
+    type: bool
+    default: true
+  known_hosts_path:
+    description: Write the host keys to this file instead (the controller's known_hosts).
+    type: path
+  known_hosts_extra_names:
+    description: More host patterns per node name (e.g. how the controller reaches it).
+    type: dict
+    default: {}
+  ssh_config:
+    description: Write Host entries into O(user)'s ~/.ssh/config.
+    type: bool
+    default: true
+  hosts_file:
+    description: Also write the names into this hosts file (usually C(/etc/hosts)); empty to skip.
+    type: str
+    default: ""
+  authorize:
+    description:
+      - More authorized keys, each C({user, keys, name}); written as their own block C(NAME-<name>)
+        in that user's authorized_keys (e.g. the controller's key for C(ansible_user)).
+    type: list
+    elements: dict
+    default: []
+notes:
+  - Supports check mode and diff mode.
+  - C(/etc/hosts) is replaced by rename; where it is a bind mount (Docker), it is rewritten in place.
+"""
+
+EXAMPLES = r"""
+- name: Mesh files on every node
+  provision.cluster.ssh_mesh:
+    user: "{{ cluster_user }}"
+    nodes: "{{ ansible_play_hosts | map('extract', hostvars, ['__ssh_mesh_identity', 'node']) | list }}"
+    hosts_file: /etc/hosts
+    authorize:
+      - {user: root, name: controller, keys: ["ssh-ed25519 AAAA... me@laptop"]}
+
+- name: The controller learns the nodes' host keys
+  provision.cluster.ssh_mesh:
+    nodes: "{{ nodes }}"
+    known_hosts_path: ~/.cache/provision/labs/provlab/known_hosts
+    authorized_keys: false
+    known_hosts: false
+    ssh_config: false
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+files:
+  description: Every file looked at, with C(path) and C(changed).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /root/.ssh/known_hosts, changed: true}]
+removed_known_hosts:
+  description: Stale known_hosts lines (outside the block) that named one of the nodes and were removed.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import pwd
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
+    authorized_keys_lines,
+    etc_hosts_lines,
+    merge_block,
+    render_known_hosts,
+    ssh_config_lines,
+)
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return ""
+
+
+class Writer:
+    def __init__(self, module):
+        self.m = module
+        self.files = []
+        self.diffs = []
+
+    def ensure_dir(self, path, pw, mode=0o700):
+        if os.path.isdir(path):
+            return
+        if not self.m.check_mode:
+            os.makedirs(path, mode)
+            if pw and os.getuid() != pw.pw_uid:
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+
+    def write(self, path, content, pw, mode, in_place_ok=False):
+        old = _read(path)
+        exists = os.path.exists(path)
+        changed = old != content or not exists
+        st = os.stat(path) if exists else None
+        if st is not None and not changed:
+            if (st.st_mode & 0o777) != mode or (pw and (st.st_uid, st.st_gid) != (pw.pw_uid, pw.pw_gid)):
+                changed = True
+        self.files.append({"path": path, "changed": changed})
+        if not changed:
+            return
+        if old != content:
+            self.diffs.append({"before": old, "after": content, "before_header": path, "after_header": path})
+        if self.m.check_mode:
+            return
+        self.ensure_dir(os.path.dirname(path), pw)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        self.m.atomic_move(tmp, path, unsafe_writes=in_place_ok)
+        os.chmod(path, mode)
+        if pw and os.getuid() == 0:
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def _pw(module, user):
+    try:
+        return pwd.getpwnam(user) if user else pwd.getpwuid(os.getuid())
+    except KeyError:
+        module.fail_json(msg="user %s does not exist" % user)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nodes=dict(type="list", elements="dict", required=True),
+            user=dict(type="str"),
+            block_name=dict(type="str", default="cluster"),
+            identity_file=dict(type="str", default="~/.ssh/id_ed25519"),
+            authorized_keys=dict(type="bool", default=True),
+            known_hosts=dict(type="bool", default=True),
+            known_hosts_path=dict(type="path"),
+            known_hosts_extra_names=dict(type="dict", default={}),
+            ssh_config=dict(type="bool", default=True),
+            hosts_file=dict(type="str", default=""),
+            authorize=dict(type="list", elements="dict", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    nodes = p["nodes"]
+    for node in nodes:
+        missing = [k for k in ("name", "address", "port") if not node.get(k)]
+        if missing:
+            module.fail_json(msg="node record %r lacks %s" % (node.get("name"), ", ".join(missing)))
+    name = p["block_name"]
+    w = Writer(module)
+    pw = _pw(module, p["user"])
+    ssh_dir = os.path.join(pw.pw_dir, ".ssh")
+    removed = []
+
+    if p["authorized_keys"]:
+        path = os.path.join(ssh_dir, "authorized_keys")
+        body = authorized_keys_lines([n.get("user_key") for n in nodes])
+        w.write(path, merge_block(_read(path), name, body), pw, 0o600)
+    for extra in p["authorize"]:
+        epw = _pw(module, extra.get("user"))
+        path = os.path.join(epw.pw_dir, ".ssh", "authorized_keys")
+        w.ensure_dir(os.path.dirname(path), epw)
+        body = authorized_keys_lines(extra.get("keys") or [])
+        w.write(path, merge_block(_read(path), "%s-%s" % (name, extra.get("name") or "extra"), body), epw, 0o600)
+    if p["known_hosts"] or p["known_hosts_path"]:
+        path = p["known_hosts_path"] or os.path.join(ssh_dir, "known_hosts")
+        text, gone = render_known_hosts(_read(path), name, nodes, p["known_hosts_extra_names"])
+        removed += gone
+        w.write(path, text, pw, 0o600 if p["known_hosts_path"] else 0o644)
+    if p["ssh_config"]:
+        path = os.path.join(ssh_dir, "config")
+        body = ssh_config_lines(nodes, pw.pw_name, p["identity_file"])
+        w.write(path, merge_block(_read(path), name, body), pw, 0o600)
+    if p["hosts_file"]:
+        path = p["hosts_file"]
+        hosts_pw = pwd.getpwuid(0) if os.getuid() == 0 else None
+        w.write(path, merge_block(_read(path), name, etc_hosts_lines(nodes), position="start"),
+                hosts_pw, 0o644, in_place_ok=True)
+
+    result = dict(changed=any(f["changed"] for f in w.files), files=w.files, removed_known_hosts=removed)
+    if module._diff and w.diffs:
+        result["diff"] = w.diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

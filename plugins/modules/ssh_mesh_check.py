@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: ssh_mesh_check
+short_description: One row of the N x N SSH matrix - can this node ssh to every node (itself included)?
+description:
+  - From the host it runs on, as O(user), runs C(ssh -o BatchMode=yes -o ConnectTimeout=N <name> hostname)
+    to every node of O(nodes), the host itself included, all in parallel, with an overall time limit.
+  - Uses exactly what a launcher uses (the user's ~/.ssh/config, known_hosts and key); never
+    overrides host key checking, so an unknown or changed host key is a failed cell.
+  - Each failed cell carries the class of the error (C(host_key_missing), C(host_key_changed),
+    C(permission_denied), C(connection_refused), C(timeout), C(name_unresolvable), C(no_route),
+    C(wrong_host), C(other)), ssh's own line, and the fix.
+  - Read-only; runs the same in check mode (C(provision verify) calls it so). Never fails because
+    of a cell; assert on RV(failed_cells) (the ssh_mesh role asserts the whole matrix).
+version_added: "0.1.0"
+author: provision developers
+options:
+  nodes:
+    description:
+      - Targets, in node order. Each is a name or a dict with C(name) (what ssh is given, as a
+        launcher would) and optionally C(hostname) (what the target must answer).
+    type: list
+    elements: raw
+    required: true
+  source:
+    description: Name of this node in the matrix (default its hostname).
+    type: str
+  user:
+    description: Run ssh as this user (the cluster user). Default the user running the module.
+    type: str
+  connect_timeout:
+    description: ssh ConnectTimeout, seconds.
+    type: int
+    default: 5
+  timeout:
+    description: Overall limit for the whole row, seconds; cells still running then are C(timeout).
+    type: int
+    default: 20
+  command:
+    description: Remote command; its output must be the target's hostname when that is known.
+    type: str
+    default: hostname
+notes:
+  - Supports check mode (it changes nothing).
+"""
+
+EXAMPLES = r"""
+- name: This node's row of the SSH matrix
+  provision.cluster.ssh_mesh_check:
+    source: "{{ inventory_hostname }}"
+    user: "{{ cluster_user }}"
+    nodes: "{{ ansible_play_hosts }}"
+  register: row
+
+- name: Every cell green
+  ansible.builtin.assert:
+    that: row.failed_cells | length == 0
+    fail_msg: "{{ row.failed_cells | map(attribute='line') | join('; ') }}"
+"""
+
+RETURN = r"""
+row:
+  description: One cell per target, in node order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    source: {description: This node., type: str, sample: node1}
+    target: {description: The name ssh was given., type: str, sample: node2}
+    ok: {description: Logged in and the right host answered., type: bool}
+    error: {description: Error class, empty when ok., type: str, sample: permission_denied}
+    detail: {description: ssh's line for the error (or the answer)., type: str, sample: "root@10.89.77.12: Permission denied (publickey)."}
+    fix: {description: What to do., type: str}
+    seconds: {description: How long the cell took., type: float}
+    line: {description: One line for a message., type: str, sample: "node1 -> node2: permission_denied: ..."}
+cells:
+  description: target -> C(ok) or the error class (a compact matrix row).
+  returned: always
+  type: dict
+  sample: {node1: ok, node2: permission_denied}
+failed_cells: {description: The cells that are not ok., returned: always, type: list, elements: dict}
+checks:
+  description: One check per cell in the shape of C(provision verify) (C(check) is C(ssh SOURCE->TARGET)).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+import pwd
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import classify_ssh_error
+
+
+def run_cell(ssh, target, expect, p, deadline, popen_user):
+    start = time.monotonic()
+    argv = [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % p["connect_timeout"],
+            "-o", "ConnectionAttempts=1", target, p["command"]]
+    remaining = max(0.5, deadline - start)
+    timed_out = False
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=remaining, check=False, **popen_user)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        timed_out, rc = True, -1
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+    cell = {"source": p["source"], "target": target, "ok": False, "error": "", "detail": "", "fix": "",
+            "seconds": round(time.monotonic() - start, 3)}
+    answer = out.strip().splitlines()[-1].strip() if out.strip() else ""
+    if rc == 0 and not timed_out:
+        if expect and p["command"] == "hostname" and answer.split(".")[0] != expect.split(".")[0]:
+            cell.update(error="wrong_host", detail="%s answered as %s, expected %s" % (target, answer, expect),
+                        fix="two nodes share a name or address: fix cluster_address / /etc/hosts")
+        else:
+            cell.update(ok=True, detail=answer)
+    elif rc != 255 and not timed_out and not err.strip():
+        cell.update(error="other", detail="remote command exited %d" % rc, fix="run `ssh %s` by hand" % target)
+    else:
+        cls, line, fix = classify_ssh_error(err, rc, timed_out)
+        cell.update(error=cls, detail=line, fix=fix)
+    cell["line"] = "%s -> %s: %s" % (p["source"], target, "ok" if cell["ok"] else "%s: %s" % (cell["error"], cell["detail"]))
+    return cell
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nodes=dict(type="list", elements="raw", required=True),
+            source=dict(type="str"),
+            user=dict(type="str"),
+            connect_timeout=dict(type="int", default=5),
+            timeout=dict(type="int", default=20),
+            command=dict(type="str", default="hostname"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    p["source"] = p["source"] or socket.gethostname()
+    targets = []
+    for node in p["nodes"]:
+        if isinstance(node, dict):
+            targets.append((str(node.get("name")), node.get("hostname") or ""))
+        else:
+            targets.append((str(node), ""))
+    ssh = module.get_bin_path("ssh", required=True)
+    popen_user = {}
+    if p["user"]:
+        try:
+            pw = pwd.getpwnam(p["user"])
+        except KeyError:
+            module.fail_json(msg="user %s does not exist" % p["user"])
+        if pw.pw_uid != os.getuid():
+            if os.getuid() != 0:
+                module.fail_json(msg="cannot run ssh as %s without root (use become)" % p["user"])
+            popen_user = dict(user=pw.pw_uid, group=pw.pw_gid, extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid))
+        env = {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name,
+               "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C"}
+        popen_user.update(env=env, cwd=pw.pw_dir)
+    deadline = time.monotonic() + p["timeout"]
+    with ThreadPoolExecutor(max_workers=max(1, min(64, len(targets)))) as pool:
+        futures = [pool.submit(run_cell, ssh, name, expect, p, deadline, popen_user) for name, expect in targets]
+        row = [f.result() for f in futures]
+    failed = [c for c in row if not c["ok"]]
+    checks = [{"check": "ssh %s->%s" % (c["source"], c["target"]), "status": "pass" if c["ok"] else "fail",
+               "detail": c["detail"], "fix": c["fix"]} for c in row]
+    module.exit_json(changed=False, row=row, cells={c["target"]: "ok" if c["ok"] else c["error"] for c in row},
+                     failed_cells=failed, checks=checks)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1043 @@
+"""First contact: take password-only machines to key-based, host-key-checked Ansible control.
+
+`provision bootstrap` is the one place where paramiko is used: Ansible's ssh connection needs
+`sshpass` for a password and ansible-core 2.21 dropped its paramiko connection. For each host of
+an Ansible inventory (read with `ansible-inventory --list`, never parsed here) it:
+
+1. scans the host key and judges it against a per-inventory known_hosts (known / unknown /
+   changed / revoked); unknown keys are confirmed by a person (or `--accept-host-keys`) and
+   recorded, changed keys are refused with both fingerprints and the `ssh-keygen -R` command;
+2. logs in (the controller's key first, then the password) and appends the controller's public
+   key to the remote user's authorized_keys once (~/.ssh 0700, file 0600), through `sh -s` fed
+   on stdin, with a guard that the file did not change since it was read;
+3. reports python3 (Ansible's interpreter) per host.
+
+The decisions (fingerprints, known_hosts matching, authorized_keys merge and plan, password file
+check, inventory to targets) are pure functions at the top of this module, unit-tested without
+a network; the paramiko part below them only feeds them and carries out their plans.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import shlex
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_FORKS = 16
+DEFAULT_KEY = Path("~/.ssh/id_ed25519")
+# the identities OpenSSH (and so Ansible) offers by default, in its order
+DEFAULT_IDENTITIES = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ed25519")
+# Inside the inventory directory, but hidden: Ansible parses every other file of an inventory
+# directory as an inventory source (and warns, or fails with unparsed_is_failed, on known_hosts).
+KNOWN_HOSTS_REL = ".provision/known_hosts"
+SSH_VARS_RELPATH = Path("group_vars") / "all" / "provision_ssh.yml"
+MIN_PYTHON = (3, 8)  # what ansible-core 2.16+ modules need on the target
+
+SSH_CONNECTIONS = {"ssh", "smart", "ansible.builtin.ssh", "paramiko", "paramiko_ssh",
+                   "ansible.builtin.paramiko_ssh"}
+
+# key type as in known_hosts / authorized_keys -> the label `ssh-keygen -l` prints
+KEY_LABELS = {
+    "ssh-ed25519": "ED25519",
+    "ssh-rsa": "RSA",
+    "ssh-dss": "DSA",
+    "ecdsa-sha2-nistp256": "ECDSA",
+    "ecdsa-sha2-nistp384": "ECDSA",
+    "ecdsa-sha2-nistp521": "ECDSA",
+    "sk-ssh-ed25519@openssh.com": "ED25519-SK",
+    "sk-ecdsa-sha2-nistp256@openssh.com": "ECDSA-SK",
+}
+
+
+class BootstrapError(RuntimeError):
+    """A usage or inventory problem (exit 2); the message is one line with the fix."""
+
+
+class HostFailure(Exception):
+    """One host failed; `cause` and `fix` are one line each."""
+
+    def __init__(self, cause: str, fix: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.fix = fix
+
+
+# ====================================================================== pure: host keys
+
+def fingerprint(blob: bytes) -> str:
+    """SHA256 fingerprint of a public key blob, as `ssh-keygen -l` prints it."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def key_label(keytype: str) -> str:
+    return KEY_LABELS.get(keytype, keytype)
+
+
+def host_pattern(address: str, port: int) -> str:
+    """The name OpenSSH looks up in known_hosts for address:port."""
+    return address if int(port) == 22 else f"[{address}]:{int(port)}"
+
+
+def _hashed_match(entry: str, name: str) -> bool:
+    # |1|base64(salt)|base64(HMAC-SHA1(salt, name))
+    parts = entry.split("|")
+    if len(parts) != 4 or parts[1] != "1":
+        return False
+    try:
+        salt = base64.b64decode(parts[2])
+        want = base64.b64decode(parts[3])
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), want)
+
+
+def _glob_match(name: str, pattern: str) -> bool:
+    """OpenSSH's pattern match: only `*` and `?` are special (`[addr]:port` is literal)."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name, re.S) is not None
+
+
+def host_field_matches(field_: str, name: str) -> bool:
+    """Does the host field of a known_hosts line (patterns, negations, hashes) match name?"""
+    if field_.startswith("|"):
+        return _hashed_match(field_, name)
+    matched = False
+    for pattern in field_.split(","):
+        negate = pattern.startswith("!")
+        pattern = pattern[1:] if negate else pattern
+        if _glob_match(name.lower(), pattern.lower()):
+            if negate:
+                return False
+            matched = True
+    return matched
+
+
+@dataclass(frozen=True)
+class KnownKey:
+    keytype: str
+    blob: bytes
+    marker: str = ""  # "", "@revoked" or "@cert-authority"
+    line: int = 0
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.blob)
+
+
+def known_keys_for(text: str, name: str) -> list[KnownKey]:
+    """The known_hosts entries (plain, hashed, wildcard, marked) that apply to name."""
+    found = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        marker = ""
+        if fields[0].startswith("@"):
+            marker, fields = fields[0], fields[1:]
+        if len(fields) < 3 or not host_field_matches(fields[0], name):
+            continue
+        try:
+            blob = base64.b64decode(fields[2], validate=True)
+        except ValueError:
+            continue
+        found.append(KnownKey(fields[1], blob, marker, lineno))
+    return found
+
+
+@dataclass(frozen=True)
+class HostKeyVerdict:
+    status: str  # known | unknown | changed | revoked
+    presented: str  # fingerprint of the presented key
+    recorded: tuple[str, ...] = ()  # fingerprints recorded for this host (changed)
+
+
+def judge_host_key(entries: list[KnownKey], keytype: str, blob: bytes) -> HostKeyVerdict:
+    """OpenSSH's decision for a presented key given the entries recorded for the host."""
+    presented = fingerprint(blob)
+    if any(e.marker == "@revoked" and e.blob == blob for e in entries):
+        return HostKeyVerdict("revoked", presented)
+    plain = [e for e in entries if not e.marker]
+    if any(e.keytype == keytype and e.blob == blob for e in plain):
+        return HostKeyVerdict("known", presented)
+    if not plain:
+        return HostKeyVerdict("unknown", presented)
+    # a different key of the same type, or only keys of other types recorded: both are what
+    # OpenSSH refuses under StrictHostKeyChecking=yes
+    same_type = [e for e in plain if e.keytype == keytype] or plain
+    recorded = tuple(dict.fromkeys(f"{e.fingerprint} ({key_label(e.keytype)})" for e in same_type))
+    return HostKeyVerdict("changed", presented, recorded)
+
+
+# OpenSSH's (and paramiko's) default host key algorithm order
+_ALG_ORDER = ["ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+              "rsa-sha2-512", "rsa-sha2-256"]
+
+
+def preferred_key_types(entries: list[KnownKey]) -> list[str]:
+    """Host key algorithms to ask for first: the types recorded for this host, in the default
+    order (as OpenSSH does), so a host with several recorded keys is checked against one of them."""
+    out: list[str] = []
+    for e in entries:
+        if e.marker:
+            continue
+        algs = ["rsa-sha2-512", "rsa-sha2-256"] if e.keytype == "ssh-rsa" else [e.keytype]
+        out.extend(a for a in algs if a not in out)
+    return sorted(out, key=lambda a: _ALG_ORDER.index(a) if a in _ALG_ORDER else len(_ALG_ORDER))
+
+
+def known_hosts_line(name: str, keytype: str, blob: bytes) -> str:
+    return f"{name} {keytype} {base64.b64encode(blob).decode()}"
+
+
+def remove_key_command(name: str, known_hosts: Path | str) -> str:
+    return f"ssh-keygen -R {shlex.quote(name)} -f {shlex.quote(str(known_hosts))}"
+
+
+def append_lines(text: str, lines: list[str]) -> str | None:
+    """text with lines appended (each once, not already present); None when nothing to add."""
+    present = {line.strip() for line in text.splitlines()}
+    new = [line for line in dict.fromkeys(lines) if line.strip() not in present]
+    if not new:
+        return None
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + "".join(line + "\n" for line in new)
+
+
+# ====================================================================== pure: authorized_keys
+
+def parse_public_key(line: str) -> tuple[str, str, str]:
+    """(type, base64, comment) of an OpenSSH public key line; ValueError when it is not one."""
+    fields = line.strip().split(None, 2)
+    if len(fields) < 2 or fields[0] not in KEY_LABELS:
+        raise ValueError("not an OpenSSH public key line")
+    try:
+        base64.b64decode(fields[1], validate=True)
+    except ValueError as exc:
+        raise ValueError("public key is not valid base64") from exc
+    return fields[0], fields[1], fields[2] if len(fields) > 2 else ""
+
+
+def authorized_key_present(text: str, keytype: str, b64: str) -> bool:
+    """Is this key (options and comment aside) in the authorized_keys text?"""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        tokens = line.split()
+        for i in range(len(tokens) - 1):
+            if tokens[i] == keytype and tokens[i + 1] == b64:
+                return True
+    return False
+
+
+def merge_authorized_keys(text: str, pubkey_line: str) -> str | None:
+    """authorized_keys text with the key appended once, every existing line kept; None if present."""
+    keytype, b64, _comment = parse_public_key(pubkey_line)
+    if authorized_key_present(text, keytype, b64):
+        return None
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + pubkey_line.strip() + "\n"
+
+
+PROBE_MARKER = "@@provision-authorized-keys@@"
+
+# Runs as the login user through `sh -s`: what the plan needs, then the file itself.
+PROBE_SCRIPT = r"""
+d="$HOME/.ssh"; f="$d/authorized_keys"
+echo "user=$(id -un)"
+echo "uid=$(id -u)"
+echo "home=$HOME"
+if [ -r /etc/os-release ]; then (. /etc/os-release; echo "os=${ID:-} ${VERSION_ID:-}"); fi
+v='import sys; print("%d.%d.%d" % sys.version_info[:3])'
+p=$(command -v python3 2>/dev/null) && echo "python3=$p $("$p" -c "$v" 2>/dev/null)"
+if [ -e "$d" ] || [ -L "$d" ]; then echo "ssh_dir=$(stat -c '%a %u %F' "$d")"; fi
+if [ -e "$f" ] || [ -L "$f" ]; then echo "authorized_keys=$(stat -c '%a %u %F' "$f")"; fi
+if command -v sha256sum >/dev/null 2>&1; then echo "sha256sum=yes"; fi
+echo "@@provision-authorized-keys@@"
+if [ -f "$f" ]; then cat "$f"; fi
+exit 0
+"""
+
+
+@dataclass
+class PathState:
+    mode: int
+    uid: int
+    kind: str  # as `stat -c %F` prints it: directory, regular file, symbolic link, ...
+
+
+@dataclass
+class RemoteState:
+    user: str = ""
+    uid: int = -1
+    home: str = ""
+    os: str = ""
+    python3: str = ""  # path, "" when absent
+    python3_version: str = ""
+    ssh_dir: PathState | None = None
+    authorized_keys: PathState | None = None
+    authorized_keys_text: str = ""
+    has_sha256sum: bool = False
+
+
+def _path_state(value: str) -> PathState:
+    mode, uid, kind = value.split(" ", 2)
+    return PathState(int(mode, 8), int(uid), kind)
+
+
+def parse_probe(output: str) -> RemoteState:
+    """Parse what PROBE_SCRIPT printed (ValueError when it is not that)."""
+    head, sep, body = output.partition(PROBE_MARKER + "\n")
+    if not sep:
+        raise ValueError("probe output has no authorized_keys marker")
+    state = RemoteState(authorized_keys_text=body)
+    for line in head.splitlines():
+        key, _, value = line.partition("=")
+        if key == "user":
+            state.user = value
+        elif key == "uid":
+            state.uid = int(value)
+        elif key == "home":
+            state.home = value
+        elif key == "os":
+            state.os = value.strip()
+        elif key == "python3":
+            path, _, version = value.partition(" ")
+            state.python3, state.python3_version = path, version.strip()
+        elif key == "ssh_dir":
+            state.ssh_dir = _path_state(value)
+        elif key == "authorized_keys":
+            state.authorized_keys = _path_state(value)
+        elif key == "sha256sum":
+            state.has_sha256sum = True
+    if state.uid < 0 or not state.home:
+        raise ValueError("probe output lacks the user's uid or home")
+    return state
+
+
+@dataclass
+class KeyPlan:
+    """What to do to the remote ~/.ssh so that the key is authorized (nothing when empty)."""
+    new_text: str | None = None  # full new authorized_keys content
+    expected_sha256: str = ""  # sha256 of the content read ("absent" when there was no file)
+    create_dir: bool = False
+    dir_mode: bool = False
+    file_mode: bool = False
+    chown: bool = False
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes
+
+
+def plan_authorized_keys(state: RemoteState, pubkey_line: str) -> KeyPlan:
+    """Decide the changes; HostFailure when the remote layout is one we must not touch."""
+    where = f"{state.home}/.ssh"
+    plan = KeyPlan()
+    for label, ps, want_kind in (("~/.ssh", state.ssh_dir, "directory"),
+                                 ("~/.ssh/authorized_keys", state.authorized_keys, "regular file")):
+        if ps is None:
+            continue
+        if ps.kind != want_kind:
+            raise HostFailure(f"{label} is a {ps.kind}, not a {want_kind}; left alone",
+                              f"make {where if label == '~/.ssh' else where + '/authorized_keys'} "
+                              f"a plain {want_kind} owned by {state.user}, then re-run")
+        if ps.uid != state.uid:
+            if state.uid != 0:
+                raise HostFailure(f"{label} is owned by uid {ps.uid}, not {state.user} (uid {state.uid})",
+                                  f"as root on the host: chown -R {state.user}: {where}")
+            plan.chown = True
+    text = state.authorized_keys_text if state.authorized_keys is not None else ""
+    plan.new_text = merge_authorized_keys(text, pubkey_line)
+    plan.expected_sha256 = (hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+                            if state.authorized_keys is not None else "absent")
+    if state.ssh_dir is None:
+        plan.create_dir = True
+        plan.changes.append("created ~/.ssh (0700)")
+    elif state.ssh_dir.mode != 0o700:
+        plan.dir_mode = True
+        plan.changes.append(f"~/.ssh mode {state.ssh_dir.mode:o} -> 700")
+    if plan.new_text is not None:
+        plan.changes.append("key added to authorized_keys" if state.authorized_keys is not None
+                            else "created authorized_keys (0600) with the key")
+    if state.authorized_keys is not None and state.authorized_keys.mode != 0o600:
+        plan.file_mode = True
+        plan.changes.append(f"authorized_keys mode {state.authorized_keys.mode:o} -> 600")
+    if plan.chown:
+        plan.changes.append(f"ownership of ~/.ssh -> {state.user}")
+    return plan
+
+
+def write_script(plan: KeyPlan, guard: bool) -> str:
+    """The `sh -s` script that carries out a plan (the new content travels in a heredoc)."""
+    lines = ['set -e', 'umask 077', 'd="$HOME/.ssh"; f="$d/authorized_keys"']
+    if plan.create_dir:
+        lines.append('mkdir -m 700 "$d"')
+    if plan.dir_mode:
+        lines.append('chmod 700 "$d"')
+    if plan.new_text is not None:
+        if guard:
+            lines += [
+                f"expected={plan.expected_sha256}",
+                'cur=absent; if [ -f "$f" ]; then cur=$(sha256sum < "$f" | cut -d" " -f1); fi',
+                'if [ "$cur" != "$expected" ]; then echo "authorized_keys changed while we read it" >&2; exit 3; fi',
+            ]
+        delim = "PROVISION_EOF_" + secrets.token_hex(8)
+        while delim in plan.new_text:
+            delim = "PROVISION_EOF_" + secrets.token_hex(8)
+        lines += ['t="$f.provision-tmp"', 'rm -f "$t"', f"cat > \"$t\" <<'{delim}'",
+                  plan.new_text.rstrip("\n"), delim, 'chmod 600 "$t"', 'mv -f "$t" "$f"']
+    if plan.file_mode:
+        lines.append('chmod 600 "$f"')
+    if plan.chown:
+        lines.append('chown "$(id -u):$(id -g)" "$d" "$f"')
+    lines.append('if command -v restorecon >/dev/null 2>&1; then restorecon -R "$d" >/dev/null 2>&1 || true; fi')
+    return "\n".join(lines) + "\n"
+
+
+def python_report(state: RemoteState) -> tuple[bool, str, str]:
+    """(ok, what was found, fix) for Ansible's interpreter on the host."""
+    os_id = state.os.split(" ")[0] if state.os else ""
+    if os_id in ("debian", "ubuntu"):
+        install = "apt-get install -y python3"
+    elif os_id in ("rhel", "centos", "rocky", "almalinux", "fedora", "ol", "amzn"):
+        install = "dnf install -y python3"
+    elif os_id in ("sles", "opensuse-leap", "opensuse-tumbleweed"):
+        install = "zypper install -y python3"
+    elif os_id == "alpine":
+        install = "apk add python3"
+    else:
+        install = "install python3 with the distribution's package manager"
+    if not state.python3:
+        return False, "python3 missing", f"on the host: {install}"
+    try:
+        version = tuple(int(x) for x in state.python3_version.split(".")[:2])
+    except ValueError:
+        return False, f"{state.python3} does not run", f"on the host: {install}"
+    if version < MIN_PYTHON:
+        return (False, f"python3 {state.python3_version} is older than Ansible needs "
+                f"({'.'.join(map(str, MIN_PYTHON))})",
+                f"on the host: {install} (a newer one), or set ansible_python_interpreter")
+    return True, f"python3 {state.python3_version} ({state.python3})", ""
+
+
+# ====================================================================== pure: password, inventory
+
+def check_password_file(path: str | Path, st: os.stat_result, euid: int) -> None:
+    """Refuse a password file that others can read, or that is not ours."""
+    qpath = shlex.quote(str(path))
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        raise BootstrapError(f"password file {path} is not a regular file")
+    if st.st_uid != euid:
+        raise BootstrapError(f"password file {path} belongs to uid {st.st_uid}, not to you "
+                             f"(uid {euid}); fix: chown {euid} {qpath}")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise BootstrapError(f"password file {path} has mode {stat.S_IMODE(st.st_mode):04o}, readable "
+                             f"by others; fix: chmod 600 {qpath}")
+
+
+def read_password_file(path: str | Path) -> str:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise BootstrapError(f"cannot read password file {path}: {exc.strerror}") from exc
+    check_password_file(path, st, os.geteuid())
+    with open(path, encoding="utf-8") as handle:
+        password = handle.readline().rstrip("\r\n")
+    if not password:
+        raise BootstrapError(f"password file {path} is empty (the first line is the password)")
+    return password
+
+
+@dataclass
+class Target:
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+    key_file: str | None = None  # ansible_ssh_private_key_file, when the inventory sets one
+    ssh_common_args: str | None = None
+    error: str | None = None  # an inventory problem for this host
+
+    @property
+    def pattern(self) -> str:
+        return host_pattern(self.address, self.port)
+
+    @property
+    def where(self) -> str:
+        return f"{self.user}@{self.address}:{self.port}"
+
+
+def inventory_hosts(data: dict) -> list[str]:
+    """Host names of `ansible-inventory --list` output in inventory order (depth first from all)."""
+    order: list[str] = []
+    seen_groups: set[str] = set()
+
+    def walk(group: str) -> None:
+        if group in seen_groups:
+            return
+        seen_groups.add(group)
+        node = data.get(group) or {}
+        for host in node.get("hosts", []):
+            if host not in order:
+                order.append(host)
+        for child in node.get("children", []):
+            walk(child)
+
+    walk("all")
+    for host in (data.get("_meta") or {}).get("hostvars", {}):
+        if host not in order:
+            order.append(host)
+    return order
+
+
+def _plain(value):
+    """ansible-inventory >= 2.19 prints unsafe strings as {"__ansible_unsafe": "..."}."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return _plain(value["__ansible_unsafe"])
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def targets_from_inventory(data: dict, *, user: str | None = None,
+                           default_user: str = "root") -> tuple[list[Target], list[tuple[str, str]]]:
+    """(SSH targets, [(host, why skipped)]) from `ansible-inventory --list` JSON."""
+    hostvars = (data.get("_meta") or {}).get("hostvars", {})
+    targets, skipped = [], []
+    for name in inventory_hosts(data):
+        hv = _plain(hostvars.get(name) or {})
+        conn = str(hv.get("ansible_connection", "ssh"))
+        if conn not in SSH_CONNECTIONS:
+            skipped.append((name, f"ansible_connection={conn}: no SSH first contact to make"))
+            continue
+        address = str(hv.get("ansible_host") or hv.get("ansible_ssh_host") or name)
+        target = Target(name=name, address=address,
+                        user=str(user or hv.get("ansible_user") or hv.get("ansible_ssh_user") or default_user),
+                        key_file=hv.get("ansible_ssh_private_key_file") or hv.get("ansible_private_key_file"),
+                        ssh_common_args=hv.get("ansible_ssh_common_args"))
+        raw_port = hv.get("ansible_port", hv.get("ansible_ssh_port", 22))
+        try:
+            target.port = int(raw_port)
+            if not 1 <= target.port <= 65535:
+                raise ValueError
+        except (TypeError, ValueError):
+            target.error = f"ansible_port={raw_port!r} is not a port number"
+        for var, value in (("ansible_host", target.address), ("ansible_user", target.user),
+                           ("ansible_port", str(raw_port))):
+            if "{{" in value or "{%" in value:
+                target.error = f"{var} is a template ({value}); bootstrap needs a literal value"
+        targets.append(target)
+    return targets, skipped
+
+
+def inventory_dir(inventory: str) -> Path | None:
+    path = Path(inventory).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.is_file():
+        return path.resolve().parent
+    return None
+
+
+def ssh_vars_text(known_hosts: Path, inv_dir: Path) -> str:
+    ref = ("{{ inventory_dir }}/" + KNOWN_HOSTS_REL if known_hosts == inv_dir / KNOWN_HOSTS_REL
+           else str(known_hosts))
+    return (
+        "---\n"
+        "# Written by `provision bootstrap` (only when missing; edit freely).\n"
+        "# Ansible's SSH checks host keys against the keys recorded at first contact, and the\n"
+        "# ssh_mesh role keeps the controller's known_hosts in the same file.\n"
+        f'ansible_ssh_common_args: "-o UserKnownHostsFile={ref} -o StrictHostKeyChecking=yes"\n'
+        f'cluster_controller_known_hosts: "{ref}"\n'
+    )
+
+
+# options that switch host-key checking off (what we refuse to run with)
+_HOST_KEY_BYPASS = re.compile(r"StrictHostKeyChecking\s*=?\s*(?:no|off|accept-new)\b|"
+                              r"UserKnownHostsFile\s*=?\s*/dev/null", re.IGNORECASE)
+
+
+def ssh_args_problem(target: Target, known_hosts: Path, inv_dir: Path | None) -> str | None:
+    """Why Ansible would not use our known_hosts with checking on for this host (None: it will)."""
+    args = target.ssh_common_args or ""
+    bad = _HOST_KEY_BYPASS.search(args)
+    if bad:
+        return f"ansible_ssh_common_args contains {bad.group(0)}: host keys would not be checked"
+    refs = {str(known_hosts)}
+    if inv_dir is not None and known_hosts == inv_dir / KNOWN_HOSTS_REL:
+        refs.add("{{ inventory_dir }}/" + KNOWN_HOSTS_REL)
+    if not any(f"UserKnownHostsFile={ref}" in args for ref in refs):
+        return "ansible_ssh_common_args does not name the bootstrap known_hosts"
+    return None
+
+
+# ====================================================================== controller side
+
+@dataclass
+class ControllerKey:
+    private: Path
+    public_line: str
+    created: bool = False
+    pkey: object | None = None  # paramiko key, None when it cannot be loaded (passphrase)
+    note: str = ""
+
+
+def ensure_controller_key(key_file: str | Path | None = None, *, log: Callable[[str], None] = print
+                          ) -> ControllerKey:
+    """The controller key whose public half gets installed; an ed25519 pair is made when none exists.
+
+    key_file: a private key path (--key, or the inventory's ansible_ssh_private_key_file); made
+    there when missing. None: the first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa, else a new
+    ~/.ssh/id_ed25519. The private key stays where it is; only the .pub line travels.
+    """
+    if key_file is not None:
+        candidates = [Path(key_file).expanduser()]
+    else:
+        candidates = [Path(p).expanduser() for p in DEFAULT_IDENTITIES[::-1]]
+    created = False
+    chosen = next((p for p in candidates if p.is_file()), None)
+    if chosen is None:
+        chosen = candidates[0] if key_file is not None else DEFAULT_KEY.expanduser()
+        chosen.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        keygen = shutil.which("ssh-keygen")
+        if keygen is None:
+            raise BootstrapError("ssh-keygen is missing on this machine: install openssh-client")
+        comment = f"{getpass.getuser()}@{socket.gethostname()}"
+        proc = subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(chosen)],
+                              capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise BootstrapError(f"ssh-keygen failed: {proc.stderr.strip()}")
+        created = True
+        log(f"made the controller key pair {chosen} (ed25519, no passphrase)")
+    pub = chosen.with_name(chosen.name + ".pub")
+    try:
+        line = pub.read_text(encoding="utf-8").strip().splitlines()[0]
+        parse_public_key(line)
+    except (OSError, IndexError, ValueError) as exc:
+        raise BootstrapError(f"no usable public key {pub} ({exc}); make it: "
+                             f"ssh-keygen -y -f {shlex.quote(str(chosen))} > {shlex.quote(str(pub))}") from exc
+    key = ControllerKey(private=chosen, public_line=line, created=created)
+    import paramiko
+
+    try:
+        key.pkey = paramiko.PKey.from_path(str(chosen))
+    except paramiko.PasswordRequiredException:
+        key.note = f"{chosen} has a passphrase: logging in with it is left to ssh-agent and Ansible"
+    except (paramiko.SSHException, OSError, ValueError) as exc:
+        key.note = f"cannot load {chosen} ({exc}): the password is used to log in"
+    return key
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return ""
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_inventory(inventory: str, limit: str | None = None, *, timeout: float = 120) -> dict:
+    """`ansible-inventory -i INV --list` as JSON (BootstrapError when it cannot be read)."""
+    import json
+
+    from provision.paths import ansible_env
+
+    exe = Path(sys.executable).parent / "ansible-inventory"
+    argv = [str(exe) if exe.exists() else (shutil.which("ansible-inventory") or "ansible-inventory"),
+            "-i", inventory, "--list"]
+    if limit:
+        argv += ["--limit", limit]
+    env = ansible_env({"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_NOCOLOR": "1"})
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+                              check=False, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise BootstrapError("ansible-inventory is missing: pip install ansible-core") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise BootstrapError(f"ansible-inventory -i {inventory} did not finish in {timeout:.0f} s") from exc
+    if proc.returncode != 0:
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("[")]
+        # the first parser's complaint says most (ansible-core 2.19 prints one per plugin tried)
+        why = next((line for line in lines if "Failed to parse" in line), lines[-1] if lines else "")
+        raise BootstrapError(f"cannot read inventory {inventory}: {why or proc.returncode} "
+                             f"(all of it: ansible-inventory -i {inventory} --list)")
+    try:
+        return json.loads(proc.stdout)
+    except ValueError as exc:
+        raise BootstrapError(f"ansible-inventory printed no JSON for {inventory}") from exc
+
+
+# ====================================================================== remote side (paramiko)
+
+def _quiet_paramiko() -> None:
+    # paramiko logs handshake errors with tracebacks; our one-line causes say it better
+    logger = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+
+
+def open_transport(target: Target, timeout: float, prefer: list[str] | None = None):
+    """TCP connect + SSH handshake (no auth). HostFailure with cause and fix on every failure."""
+    import paramiko
+
+    addr = f"{target.address}:{target.port}"
+    try:
+        sock = socket.create_connection((target.address, target.port), timeout=timeout)
+    except ConnectionRefusedError as exc:
+        raise HostFailure(f"connection refused on {addr}",
+                          f"start sshd on {target.name}, or set ansible_port to the port it listens on") from exc
+    except socket.gaierror as exc:
+        raise HostFailure(f"cannot resolve {target.address}",
+                          "set ansible_host to a resolvable name or an IP address") from exc
+    except (socket.timeout, TimeoutError) as exc:
+        raise HostFailure(f"timeout: no answer from {addr} within {timeout:g} s",
+                          "check ansible_host/ansible_port and any firewall between here and the host") from exc
+    except OSError as exc:
+        raise HostFailure(f"cannot reach {addr}: {exc.strerror or exc}",
+                          "check ansible_host and the route to the host") from exc
+    transport = paramiko.Transport(sock)
+    transport.banner_timeout = timeout
+    transport.handshake_timeout = timeout
+    transport.auth_timeout = timeout
+    if prefer:
+        opts = transport.get_security_options()
+        have = list(opts.key_types)
+        opts.key_types = tuple([k for k in prefer if k in have] + [k for k in have if k not in prefer])
+    try:
+        # start_client returns quietly when its own timeout passes first: give the banner and
+        # handshake timeouts room to fire, then make sure the key exchange really finished
+        transport.start_client(timeout=2 * timeout + 1)
+        transport.get_remote_server_key()
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        cause = transport.get_exception() or exc
+        transport.close()
+        if "banner" in str(cause).lower():
+            raise HostFailure(f"timeout: no SSH banner from {addr} within {timeout:g} s",
+                              "check that sshd (not another service) listens on ansible_port") from exc
+        if "no existing session" in str(cause).lower():
+            raise HostFailure(f"timeout: the SSH handshake with {addr} did not finish in {2 * timeout + 1:g} s",
+                              "check the host's load and that sshd listens on ansible_port") from exc
+        raise HostFailure(f"SSH handshake with {addr} failed: {cause}",
+                          "check that sshd listens on ansible_port and supports current algorithms") from exc
+    return transport
+
+
+def server_key(transport) -> tuple[str, bytes]:
+    key = transport.get_remote_server_key()
+    return key.get_name(), key.asbytes()
+
+
+def authenticate(transport, target: Target, pkey, password: str | None) -> str:
+    """Log in with the controller's key, else the password. Returns the method used."""
+    import paramiko
+
+    if pkey is not None:
+        try:
+            transport.auth_publickey(target.user, pkey)
+            return "key"
+        except paramiko.AuthenticationException:
+            pass
+        except paramiko.SSHException as exc:
+            raise HostFailure(f"authentication as {target.user} did not finish: {exc}",
+                              "retry; raise --timeout if the host is slow") from exc
+    if password is None:
+        raise HostFailure(f"the controller's key is not authorized for {target.user} and no password was given",
+                          "re-run with --ask-pass or --password-file FILE")
+    root_hint = " (a root login also needs PermitRootLogin yes)" if target.user == "root" else ""
+    try:
+        transport.auth_password(target.user, password)
+        return "password"
+    except paramiko.BadAuthenticationType as exc:
+        raise HostFailure(f"sshd does not accept passwords for {target.user} "
+                          f"(allows: {', '.join(exc.allowed_types) or 'nothing'})",
+                          f"enable PasswordAuthentication{root_hint} on the host for the first "
+                          "contact, or put the controller's public key there by other means") from exc
+    except paramiko.AuthenticationException as exc:
+        raise HostFailure(f"wrong password: the password was rejected for {target.user}",
+                          f"check the password for {target.user}@{target.name}{root_hint}") from exc
+    except paramiko.SSHException as exc:
+        raise HostFailure(f"authentication as {target.user} did not finish: {exc}",
+                          "retry; raise --timeout if the host is slow") from exc
+
+
+def run_script(transport, script: str, timeout: float) -> tuple[int, str, str]:
+    """Run a script with `sh -s` (fed on stdin): (status, stdout, stderr)."""
+    chan = transport.open_session(timeout=timeout)
+    try:
+        chan.settimeout(timeout)
+        chan.exec_command("sh -s")
+        chan.sendall(script.encode("utf-8", "surrogateescape"))
+        chan.shutdown_write()
+        out = chan.makefile("rb").read()
+        err = chan.makefile_stderr("rb").read()
+        if not chan.status_event.wait(timeout):
+            raise socket.timeout("no exit status")
+        status = chan.recv_exit_status()
+    except (socket.timeout, TimeoutError) as exc:
+        raise HostFailure(f"timeout: a remote command did not finish within {timeout:g} s",
+                          "check the host's load; raise --timeout") from exc
+    finally:
+        chan.close()
+    return status, out.decode("utf-8", "surrogateescape"), err.decode("utf-8", "surrogateescape")
+
+
+@dataclass
+class HostResult:
+    host: str
+    where: str
+    ok: bool = False
+    host_key: str = ""  # "ED25519 SHA256:..."
+    host_key_status: str = ""  # known | accepted | confirmed
+    login: str = ""  # key | password
+    changes: list[str] = field(default_factory=list)
+    python: str = ""
+    python_ok: bool = True
+    python_fix: str = ""
+    cause: str = ""
+    fix: str = ""
+    seconds: float = 0.0
+    same_as: str = ""  # another inventory name of the same machine, done under that name
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes) or self.host_key_status in ("accepted", "confirmed")
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "changed": self.changed}
+
+
+@dataclass
+class Scan:
+    target: Target
+    keytype: str = ""
+    blob: bytes = b""
+    failure: HostFailure | None = None
+    seconds: float = 0.0
+
+
+def _unexpected(exc: Exception) -> HostFailure:
+    return HostFailure(f"unexpected {type(exc).__name__}: {exc}", "re-run; report it if it persists")
+
+
+def scan_host(target: Target, known_text: str, timeout: float) -> Scan:
+    t0 = time.monotonic()
+    scan = Scan(target)
+    try:
+        if target.error:
+            raise HostFailure(target.error, f"fix {target.name} in the inventory")
+        transport = open_transport(target, timeout, preferred_key_types(known_keys_for(known_text, target.pattern)))
+        try:
+            scan.keytype, scan.blob = server_key(transport)
+        finally:
+            transport.close()
+    except HostFailure as exc:
+        scan.failure = exc
+    except Exception as exc:  # noqa: BLE001 - one line per host, never a traceback
+        scan.failure = _unexpected(exc)
+    scan.seconds = time.monotonic() - t0
+    return scan
+
+
+def install_key(target: Target, keytype: str, blob: bytes, *, pkey, pubkey_line: str,
+                password: str | None, timeout: float, result: HostResult) -> None:
+    """Connect expecting exactly this host key, log in, make authorized_keys right, read python3."""
+    transport = open_transport(target, timeout, preferred_key_types([KnownKey(keytype, blob)]))
+    try:
+        got_type, got_blob = server_key(transport)
+        if (got_type, got_blob) != (keytype, blob):
+            raise HostFailure(f"host key changed during bootstrap: {fingerprint(blob)} then {fingerprint(got_blob)}",
+                              "find out why the host's key changed, then re-run")
+        result.login = authenticate(transport, target, pkey, password)
+        status, out, err = run_script(transport, PROBE_SCRIPT, timeout)
+        try:
+            state = parse_probe(out)
+        except ValueError as exc:
+            raise HostFailure(f"cannot read ~/.ssh of {target.user} (sh exited {status}: "
+                              f"{err.strip()[-200:] or exc})",
+                              f"check that {target.user} has a home directory and a POSIX sh") from exc
+        plan = plan_authorized_keys(state, pubkey_line)
+        if not plan.empty:
+            status, _out, err = run_script(transport, write_script(plan, state.has_sha256sum), timeout)
+            if status != 0:
+                raise HostFailure(f"could not update ~/.ssh/authorized_keys (exit {status}: "
+                                  f"{err.strip().splitlines()[-1] if err.strip() else 'no message'})",
+                                  f"check {state.home}/.ssh on the host (disk full? read-only?), then re-run")
+            result.changes = plan.changes
+        result.python_ok, result.python, result.python_fix = python_report(state)
+    finally:
+        transport.close()
+
+
+# ====================================================================== orchestration
+
+@dataclass
+class Options:
+    known_hosts: Path
+    password: str | None = None
+    accept_host_keys: bool = False
+    confirm: Callable[[Target, str, str], bool] | None = None  # (target, label, fingerprint) -> yes?
+    forks: int = DEFAULT_FORKS
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def _failed(result: HostResult, exc: HostFailure) -> HostResult:
+    result.ok, result.cause, result.fix = False, exc.cause, exc.fix
+    return result
+
+
+def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts: Options, *,
+              on_phase: Callable[[str, int], None] = lambda _name, _total: None,
+              on_progress: Callable[[], None] = lambda: None,
+              on_result: Callable[[HostResult], None] = lambda _r: None) -> list[HostResult]:
+    """Run the three phases; returns one HostResult per target, in target order.
+
+    keys maps a target's key_file (None: the default) to the controller key to install there.
+    """
+    missing = {t.key_file for t in targets} - set(keys)
+    if missing:
+        raise BootstrapError(f"no controller key loaded for {', '.join(map(str, missing))}")
+    _quiet_paramiko()
+    # inventory aliases of one machine (same address, port, user and key) are handled once
+    every, targets, first_of, aliases = targets, [], {}, {}
+    for t in every:
+        ident = (t.address, t.port, t.user, t.key_file)
+        if ident in first_of:
+            aliases[t.name] = first_of[ident]
+        else:
+            first_of[ident] = t.name
+            targets.append(t)
+    results = {t.name: HostResult(t.name, t.where) for t in targets}
+    started = {t.name: time.monotonic() for t in targets}
+    forks = max(1, min(opts.forks, len(targets) or 1))
+
+    def finish(result: HostResult) -> None:
+        result.seconds = round(time.monotonic() - started[result.host], 3)
+        on_result(result)
+
+    # phase 1: host keys, in parallel
+    known_text = read_text(opts.known_hosts)
+    on_phase("host keys", len(targets))
+    scans: dict[str, Scan] = {}
+    with ThreadPoolExecutor(max_workers=forks) as pool:
+        futures = [pool.submit(scan_host, t, known_text, opts.timeout) for t in targets]
+        for fut in as_completed(futures):
+            scan = fut.result()
+            scans[scan.target.name] = scan
+            on_progress()
+
+    # phase 2: decisions, here (prompts are asked one at a time, in inventory order)
+    go: list[tuple[Target, Scan]] = []
+    new_lines: list[str] = []
+    for target in targets:
+        scan, result = scans[target.name], results[target.name]
+        if scan.failure is not None:
+            finish(_failed(result, scan.failure))
+            continue
+        verdict = judge_host_key(known_keys_for(known_text, target.pattern), scan.keytype, scan.blob)
+        label = key_label(scan.keytype)
+        result.host_key = f"{label} {verdict.presented}"
+        if verdict.status == "changed":
+            finish(_failed(result, HostFailure(
+                f"host key changed: {opts.known_hosts} has {', '.join(verdict.recorded)} for "
+                f"{target.pattern}, the host now presents {verdict.presented} ({label})",
+                f"if {target.name} was reinstalled on purpose: "
+                f"{remove_key_command(target.pattern, opts.known_hosts)} and re-run; otherwise find out why")))
+            continue
+        if verdict.status == "revoked":
+            finish(_failed(result, HostFailure(
+                f"host key {verdict.presented} ({label}) is marked @revoked in {opts.known_hosts}",
+                f"find out why {target.name} presents a revoked key; do not connect")))
+            continue
+        if verdict.status == "unknown":
+            if opts.accept_host_keys:
+                result.host_key_status = "accepted"
+            elif opts.confirm is not None:
+                if not opts.confirm(target, label, verdict.presented):
+                    finish(_failed(result, HostFailure(
+                        f"host key {verdict.presented} ({label}) not accepted",
+                        f"compare with `ssh-keygen -lf /etc/ssh/ssh_host_{label.lower()}_key.pub` on "
+                        f"{target.name}'s console, then re-run and answer yes")))
+                    continue
+                result.host_key_status = "confirmed"
+            else:
+                finish(_failed(result, HostFailure(
+                    f"unknown host key {verdict.presented} ({label}) and no terminal to confirm it",
+                    f"compare with `ssh-keygen -lf /etc/ssh/ssh_host_{label.lower()}_key.pub` on "
+                    f"{target.name}'s console, then run on a terminal or add --accept-host-keys")))
+                continue
+            new_lines.append(known_hosts_line(target.pattern, scan.keytype, scan.blob))
+        else:
+            result.host_key_status = "known"
+        go.append((target, scan))
+    if new_lines:
+        # re-read: another run may have added lines meanwhile; only what is missing is appended
+        merged = append_lines(read_text(opts.known_hosts), new_lines)
+        if merged is not None:
+            write_atomic(opts.known_hosts, merged)
+
+    # phase 3: log in and install the key, in parallel
+    on_phase("authorized_keys", len(go))
+
+    def work(target: Target, scan: Scan) -> HostResult:
+        result = results[target.name]
+        key = keys[target.key_file]
+        try:
+            install_key(target, scan.keytype, scan.blob, pkey=key.pkey, pubkey_line=key.public_line,
+                        password=opts.password, timeout=opts.timeout, result=result)
+            result.ok = True
+        except HostFailure as exc:
+            _failed(result, exc)
+        except Exception as exc:  # noqa: BLE001 - one line per host, never a traceback
+            _failed(result, _unexpected(exc))
+        return result
+
+    if go:
+        with ThreadPoolExecutor(max_workers=max(1, min(opts.forks, len(go)))) as pool:
+            for fut in as_completed([pool.submit(work, t, s) for t, s in go]):
+                finish(fut.result())
+                on_progress()
+    for alias, name in aliases.items():
+        result = replace(results[name], host=alias, changes=[], same_as=name)
+        results[alias] = result
+        on_result(result)
+    return [results[t.name] for t in every]

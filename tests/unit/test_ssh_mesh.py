@@ -1,0 +1,162 @@
+"""Pure logic of the ssh fabric: managed blocks, known_hosts, ssh config, ssh error classes,
+sshd decisions, pdsh output. Captures under tests/fixtures/ssh are real (see its README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import helpers  # noqa: F401
+import pytest
+from ansible_collections.provision.cluster.plugins.module_utils import pdsh, ssh_mesh, sshd
+
+OURS = Path(__file__).resolve().parent.parent / "fixtures" / "ssh"
+K1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJbawRjG3MDzSAy7cj9UgH4Pd4tZ57YEk09lJy0a0RZ3"
+K2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDrhqd7Fx8NGF14eOq4kYtIX0ld3zYSLJD8YFandNsT9"
+NODES = [
+    {"name": "node1", "hostname": "node1", "address": "10.89.77.11", "port": 2222, "user": "root",
+     "user_key": "ssh-ed25519 AAAAuser1 root@node1", "host_keys": [K1]},
+    {"name": "n2", "hostname": "gpu-b", "address": "10.89.77.12", "port": 2222, "user": "root",
+     "user_key": "ssh-ed25519 AAAAuser2 root@gpu-b", "host_keys": [K2, "not a key"]},
+]
+
+
+def test_merge_block_keeps_other_lines_and_is_stable():
+    text = "ssh-rsa AAAAmine me@laptop\n"
+    once = ssh_mesh.merge_block(text, "c", ["a", "b"])
+    assert once == ("ssh-rsa AAAAmine me@laptop\n# BEGIN provision.cluster c\na\nb\n"
+                    "# END provision.cluster c\n")
+    assert ssh_mesh.merge_block(once, "c", ["a", "b"]) == once
+    changed = ssh_mesh.merge_block(once + "after\n", "c", ["x"])
+    assert changed.splitlines() == ["ssh-rsa AAAAmine me@laptop", "# BEGIN provision.cluster c", "x",
+                                    "# END provision.cluster c", "after"]
+    assert ssh_mesh.merge_block(changed, "c", []) == "ssh-rsa AAAAmine me@laptop\nafter\n"
+
+
+def test_merge_block_at_start_for_etc_hosts():
+    hosts = "127.0.0.1\tlocalhost\n127.0.1.1 node1\n"
+    out = ssh_mesh.merge_block(hosts, "c", ssh_mesh.etc_hosts_lines(NODES), position="start")
+    assert out.splitlines()[:4] == ["# BEGIN provision.cluster c", "10.89.77.11 node1", "10.89.77.12 n2 gpu-b",
+                                    "# END provision.cluster c"]
+    assert out.endswith(hosts)
+
+
+def test_known_hosts_every_name_with_port_address_last():
+    lines = ssh_mesh.known_hosts_lines(NODES)
+    assert lines == ["[node1]:2222,[10.89.77.11]:2222 " + K1, "[n2]:2222,[gpu-b]:2222,[10.89.77.12]:2222 " + K2]
+    port22 = dict(NODES[0], port=22)
+    assert ssh_mesh.known_hosts_lines([port22]) == ["node1,10.89.77.11 " + K1]
+
+
+def test_known_hosts_replaces_stale_entries_of_a_rebuilt_node():
+    old = ("[node1]:2222,[10.89.77.11]:2222 ssh-ed25519 AAAAold\n"
+           "[10.89.77.11]:2222 ecdsa-sha2-nistp256 AAAAold2\n"
+           "github.com ssh-ed25519 AAAAgh\n"
+           "|1|hashed= ssh-ed25519 AAAAhashed\n")
+    text, removed = ssh_mesh.render_known_hosts(old, "c", NODES)
+    assert removed == ["[node1]:2222,[10.89.77.11]:2222 ssh-ed25519 AAAAold",
+                       "[10.89.77.11]:2222 ecdsa-sha2-nistp256 AAAAold2"]
+    assert "github.com ssh-ed25519 AAAAgh" in text and "|1|hashed=" in text
+    assert text.count(K1) == 1
+    again, removed_again = ssh_mesh.render_known_hosts(text, "c", NODES)
+    assert again == text and removed_again == []
+
+
+def test_known_hosts_extra_names_for_the_controller():
+    lines = ssh_mesh.known_hosts_lines(NODES[:1], {"node1": ["[gw.example]:22", "[10.89.77.11]:2222"]})
+    assert lines == ["[gw.example]:22,[node1]:2222,[10.89.77.11]:2222 " + K1]
+
+
+def test_authorized_keys_dedup_and_comments():
+    keys = ["ssh-ed25519 AAAAuser1 root@node1", "ssh-ed25519 AAAAuser1 other-comment", "", None,
+            "ssh-rsa AAAAx a b c"]
+    assert ssh_mesh.authorized_keys_lines(keys) == ["ssh-ed25519 AAAAuser1 root@node1", "ssh-rsa AAAAx a"]
+
+
+def test_ssh_config_makes_plain_ssh_name_work():
+    lines = ssh_mesh.ssh_config_lines(NODES, "train", "~/.ssh/id_ed25519")
+    assert lines[:7] == ["Host node1 10.89.77.11", "    HostName 10.89.77.11", "    Port 2222", "    User root",
+                         "    IdentityFile ~/.ssh/id_ed25519", "    IdentitiesOnly yes", "    BatchMode yes"]
+    assert lines[7] == "Host n2 gpu-b 10.89.77.12"
+    assert not any("StrictHostKeyChecking" in ln or "UserKnownHostsFile" in ln for ln in lines)
+
+
+@pytest.mark.parametrize("name,cls,line", [
+    ("host-key-missing", "host_key_missing", "Host key verification failed."),
+    ("host-key-changed", "host_key_changed",
+     "Host key for [10.89.133.12]:2222 has changed and you have requested strict checking."),
+    ("permission-denied", "permission_denied", "root@10.89.133.12: Permission denied (publickey)."),
+    ("connection-refused", "connection_refused", "ssh: connect to host 10.89.133.12 port 2223: Connection refused"),
+    ("timeout", "timeout", "ssh: connect to host 10.89.133.99 port 2222: Connection timed out"),
+    ("name-unresolvable", "name_unresolvable",
+     "ssh: Could not resolve hostname nosuchnode: Name or service not known"),
+])
+def test_classify_real_ssh_errors(name, cls, line):
+    err = (OURS / f"ssh-err-{name}.txt").read_text()
+    got_cls, got_line, fix = ssh_mesh.classify_ssh_error(err, 255)
+    assert (got_cls, got_line) == (cls, line)
+    assert "stage" in fix or "reachable" in fix
+
+
+def test_classify_our_own_timeout_and_unknown():
+    assert ssh_mesh.classify_ssh_error("", -1, timed_out=True)[0] == "timeout"
+    cls, line, _ = ssh_mesh.classify_ssh_error("Warning: x\nkex_exchange_identification: read: reset\n")
+    assert (cls, line) == ("other", "kex_exchange_identification: read: reset")
+
+
+# ------------------------------------------------------------------ sshd decisions
+
+def _rep(port, listening, procs):
+    return {"port": port, "listening": listening, "held": listening or bool(procs),
+            "processes": [{"pid": p, "name": n} for p, n in procs], "summary": f"{port} summary"}
+
+
+def test_sshd_T_parse_and_problems():
+    eff = sshd.parse_sshd_T("port 2222\nport 22\npasswordauthentication no\npubkeyauthentication yes\n")
+    assert eff["port"] == ["2222", "22"]
+    assert sshd.effective_problems(eff, [2222], {"passwordauthentication": "no"}) == []
+    probs = sshd.effective_problems(eff, [2223], {"passwordauthentication": "yes"})
+    assert probs[0].startswith("effective config does not listen on 2223 (ports: 22, 2222)")
+    assert "passwordauthentication is no, not yes" in probs[1]
+
+
+def test_plan_direct():
+    digest = "d1"
+    assert sshd.plan_direct([_rep(2222, False, [])], {}, digest)["action"] == "start"
+    run = [_rep(2222, True, [(69, "sshd")])]
+    assert sshd.plan_direct(run, {"pid": 69, "digest": "d1"}, digest)["action"] == "none"
+    changed = sshd.plan_direct(run, {"pid": 69, "digest": "d0"}, digest)
+    assert changed == {"action": "restart", "kill": [69], "reason": "configuration changed"}
+    other = sshd.plan_direct(run, {}, digest)  # started by someone else (e.g. an image's entrypoint)
+    assert other["action"] == "restart" and other["kill"] == [69]
+    blocked = sshd.plan_direct([_rep(2222, True, [(4242, "python")])], {}, digest)
+    assert blocked["action"] == "blocked" and blocked["reason"] == "2222 summary"
+    partial = sshd.plan_direct([_rep(2222, True, [(69, "sshd")]), _rep(22, False, [])], {"pid": 69}, digest)
+    assert partial["action"] == "restart"
+
+
+def test_plan_systemd():
+    assert sshd.plan_systemd("ssh", True, True, False, False) == []
+    assert sshd.plan_systemd("ssh", True, True, False, True) == [["systemctl", "reload", "ssh"]]
+    assert sshd.plan_systemd("sshd", False, False, False, True) == [["systemctl", "enable", "sshd"],
+                                                                    ["systemctl", "start", "sshd"]]
+    assert sshd.plan_systemd("ssh", False, False, True, True) == [["systemctl", "daemon-reload"],
+                                                                  ["systemctl", "restart", "ssh.socket"]]
+    assert sshd.plan_systemd("ssh", False, False, True, False) == []
+
+
+# ------------------------------------------------------------------ pdsh
+
+def test_pdsh_output_ok():
+    ans, err = pdsh.parse_pdsh_output((OURS / "pdsh-out-ok.stdout").read_text(),
+                                      (OURS / "pdsh-out-ok.stderr").read_text())
+    assert ans == {"node1": "node1", "node2": "node2", "node3": "node3"} and err == {}
+    assert pdsh.missing_answers(["node1", "node2", "node3"], ["node1", "node2", "node3"], ans, err) == []
+
+
+def test_pdsh_output_one_unresolvable():
+    ans, err = pdsh.parse_pdsh_output((OURS / "pdsh-out-one-unresolvable.stdout").read_text(),
+                                      (OURS / "pdsh-out-one-unresolvable.stderr").read_text())
+    hosts = ["node1", "node2", "node3", "nosuchnode"]
+    assert pdsh.missing_answers(hosts, hosts, ans, err) == [
+        "nosuchnode: ssh: Could not resolve hostname nosuchnode: Name or service not known"]
+    assert pdsh.missing_answers(["node1"], ["gpu-a"], ans, err) == ["node1: answered node1, expected gpu-a"]
