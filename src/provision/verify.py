@@ -179,6 +179,11 @@ def run_playbook(argv: list[str], env: dict[str, str], *, timeout: float = 300,
 def error_line(stderr: str) -> str:
     """The first error Ansible printed, as one line."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    if "<<< caused by >>>" in lines[:-1]:  # ansible-core 2.19 puts the real cause after this marker
+        cause = lines[lines.index("<<< caused by >>>") + 1]
+        first = next((ln for ln in lines if ln.startswith(("[ERROR]:", "ERROR!"))), "")
+        if "inventory" in first.lower() or "inventory" in cause.lower():
+            return cause
     for ln in lines:
         for prefix in ("[ERROR]:", "ERROR!"):
             if ln.startswith(prefix):

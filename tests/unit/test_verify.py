@@ -89,6 +89,13 @@ def test_error_line_takes_the_first_ansible_error():
               "[ERROR]: Completely failed to parse inventory source /x/broken.yml\n  more\n")
     assert core.error_line(stderr) == "Completely failed to parse inventory source /x/broken.yml"
     assert core.error_line("ERROR! the playbook could not be found\n") == "the playbook could not be found"
+    # ansible-core 2.19: the plugin's own message comes after "<<< caused by >>>"
+    lab = ("[WARNING]: Failed to parse inventory with 'ansible_collections.provision.cluster.plugins.inventory.lab' "
+           "plugin: lab inventory: lab 'x' has no running node\n\nFailed to parse inventory with "
+           "'ansible_collections.provision.cluster.plugins.inventory.lab' plugin.\n\n<<< caused by >>>\n\n"
+           "lab inventory: lab 'x' has no running node; run `provision lab up --name x`\n"
+           "[ERROR]: Completely failed to parse inventory source /r/inventory/lab/lab.yml\n")
+    assert core.error_line(lab) == "lab inventory: lab 'x' has no running node; run `provision lab up --name x`"
 
 
 # ---------------------------------------------------------------- the document
