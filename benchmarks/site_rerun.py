@@ -30,11 +30,11 @@ RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 
 def env_for(lab: str) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
     env.update({
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "PROVISION_LAB_NAME": lab,
         "ANSIBLE_CACHE_PLUGIN_CONNECTION": os.path.expanduser(f"~/.cache/provision/facts-{lab}"),
-        "ANSIBLE_CALLBACKS_ENABLED": "",  # no per-task timing output: measure the play itself
         "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
     })
     return env

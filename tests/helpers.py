@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# ../shared beside the checkout (CI's layout); PROVISION_SHARED overrides (e.g. for git worktrees)
+SHARED = Path(os.environ.get("PROVISION_SHARED") or REPO.parent / "shared")
 FIXTURES = SHARED / "fixtures"
 COLLECTIONS = REPO / "collections"
 LAB_INVENTORY = REPO / "inventory" / "lab"

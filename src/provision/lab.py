@@ -350,9 +350,10 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             "--label", f"{LABEL}={spec.name}", "--label", f"{LABEL_INDEX}={idx}",
             "--label", f"{LABEL_RECIPE}={tag}",
             "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
-            # the side network first: it becomes eth0, the cluster network eth1
-            "--network", f"{side_net}:ip={side}",
-            "--network", f"{spec.name}:ip={addr}",
+            # the side network is eth0, the cluster network eth1 (named: podman attaches the
+            # networks in no fixed order)
+            "--network", f"{side_net}:ip={side},interface_name=eth0",
+            "--network", f"{spec.name}:ip={addr},interface_name=eth1",
             "--no-hosts", "--shm-size", spec.shm_size,
             "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_CHROOT", "--cap-add", "NET_RAW",
             "--cap-add", "SYS_PTRACE",

@@ -1,0 +1,91 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""Filters of the nccl_net and shell_env roles (logic in module_utils/netinfo.py and bashrc.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: nccl_net_agree
+short_description: Make the nodes' NCCL network choices consistent
+description:
+  - Takes the per-node results of M(provision.cluster.nccl_net_facts) (in node order) and returns, per
+    node, the environment to export after cluster-wide agreement (one RDMA transport on every rank),
+    the reasons and the checks (disagreements NCCL cannot live with are warnings naming the nodes).
+  - Also provides C(cluster_peers) (the node list from the inventory when the preflight fact
+    C(cluster_nodes) is absent), C(shell_env_merge) and C(shell_env_common).
+positional: hosts
+options:
+  _input:
+    description: The registered module results, one per host, in the order of O(hosts).
+    type: list
+    elements: dict
+    required: true
+  hosts:
+    description: The inventory names, same order.
+    type: list
+    elements: str
+    required: true
+"""
+
+EXAMPLES = r"""
+agreed: "{{ ansible_play_hosts | map('extract', hostvars, '__nccl_net_facts') | list
+            | provision.cluster.nccl_net_agree(ansible_play_hosts) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: "{host: {env, reasons, checks}}"
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.provision.cluster.plugins.module_utils.bashrc import common_env, merge_env
+from ansible_collections.provision.cluster.plugins.module_utils.netinfo import agree
+
+
+def nccl_net_agree(results, hosts):
+    results = list(results)
+    hosts = list(hosts)
+    if len(results) != len(hosts):
+        raise AnsibleFilterError("nccl_net_agree: %d results for %d hosts" % (len(results), len(hosts)))
+    return agree({h: r for h, r in zip(hosts, results) if r and "env" in r})
+
+
+def cluster_peers(hosts, hostvars):
+    """[{name, address, rank}] from the inventory: cluster_address, else ansible_host, else the name."""
+    out = []
+    for rank, host in enumerate(hosts):
+        hv = hostvars[host]
+        address = hv.get("cluster_address") or hv.get("ansible_host") or host
+        out.append({"name": host, "address": str(address), "rank": rank})
+    return out
+
+
+def shell_env_merge(facts, extra_vars=None):
+    """Merge provision_env_* facts (sorted by name, then the user's extra vars) into one environment."""
+    return merge_env(facts, extra_vars or {})
+
+
+def shell_env_common(hosts, hostvars):
+    """Variables whose value is the same on every node (what may go into ~/.deepspeed_env).
+
+    Each node's merged environment is its (cached) __shell_env fact; nodes that never ran the role
+    are left out.
+    """
+    envs = []
+    for host in hosts:
+        merged = hostvars[host].get("__shell_env") if host in hostvars else None
+        if merged:
+            envs.append(merged.get("env") or {})
+    return common_env(envs)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "nccl_net_agree": nccl_net_agree,
+            "cluster_peers": cluster_peers,
+            "shell_env_merge": shell_env_merge,
+            "shell_env_common": shell_env_common,
+        }

@@ -1,0 +1,344 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to provision.cluster
+# Apache-2.0
+"""Pure logic of the all-reduce smoke test: sizes, bandwidth math, NCCL log reading, failure
+diagnosis and the report. No Ansible and no torch imports: the module, the CLI and the tests
+all call these functions on plain data.
+
+Bandwidth follows nccl-tests (doc/PERFORMANCE.md): for an all-reduce of S bytes taking t
+seconds over n ranks, algbw = S / t and busbw = algbw * 2 (n - 1) / n. Bandwidths are in GB/s
+(1e9 bytes per second), as nccl-tests prints them.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value) -> int:
+    """'64M', '64MiB', '1k', 4096 -> bytes (binary units, as nccl-tests' -b/-e take them)."""
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
+    if not match or match.group(2).upper() not in _UNITS:
+        raise ValueError(f"not a size: {value!r} (use e.g. 4096, 64K, 16M, 1G)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def human_size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def bandwidth(nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s for an all-reduce of `nbytes` taking `seconds` over `ranks` ranks."""
+    if seconds <= 0:
+        return 0.0, 0.0
+    algbw = nbytes / seconds / 1e9
+    busbw = algbw * 2 * (ranks - 1) / ranks if ranks > 0 else 0.0
+    return algbw, busbw
+
+
+# --------------------------------------------------------------------------- NCCL debug log
+_NCCL_LINE = re.compile(r"^(?P<host>[^:\s]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN) (?P<msg>.*)$")
+_NCCL_WARN = re.compile(r"^\[[^\]]*\] (?P<host>[^:\s]+):\d+:\d+ \[\d+\] \S+ NCCL WARN (?P<msg>.*)$")
+_IFACES = re.compile(r"\[\d+\](\w[\w.:-]*):([0-9a-fA-F.:]+)<\d+>")
+
+
+def parse_nccl_log(text: str) -> dict:
+    """What NCCL_DEBUG=INFO output says NCCL used.
+
+    Returns {version, network ('IB'|'Socket'|None), net_interfaces, bootstrap_interface,
+    ib_found (False when NCCL said 'NET/IB : No device found'), env (NCCL_* it reported as set),
+    transports (P2P/SHM/NET names seen in channel lines), ranks, warnings}.
+    """
+    info: dict = {"version": None, "network": None, "net_interfaces": [], "bootstrap_interface": None,
+                  "ib_found": None, "env": {}, "transports": [], "ranks": None, "warnings": [],
+                  "lines": 0}
+    transports: set[str] = set()
+    for raw in text.splitlines():
+        line = raw.strip()
+        warn = _NCCL_WARN.match(line)
+        if warn:
+            if warn["msg"] not in info["warnings"]:
+                info["warnings"].append(warn["msg"])
+            info["lines"] += 1
+            continue
+        match = _NCCL_LINE.match(line)
+        if not match:
+            continue
+        info["lines"] += 1
+        msg = match["msg"]
+        if match["level"] == "WARN":
+            if msg not in info["warnings"]:
+                info["warnings"].append(msg)
+            continue
+        if msg.startswith("NCCL version "):
+            info["version"] = msg.split()[2].split("+")[0]
+        elif msg.startswith("Bootstrap: Using "):
+            found = _IFACES.findall("[0]" + msg[len("Bootstrap: Using "):])
+            if found:
+                info["bootstrap_interface"] = found[0][0]
+        elif msg.startswith("Using network "):
+            info["network"] = msg.split()[2]
+        elif msg.startswith("NET/IB : No device found"):
+            info["ib_found"] = False
+        elif msg.startswith("NET/IB : Using"):
+            devices = re.findall(r"\[\d+\](\w+):\d+/(?:IB|RoCE)", msg)
+            if devices:
+                info["ib_found"] = True
+                info["ib_devices"] = devices
+        elif msg.startswith("NET/Socket : Using"):
+            info["net_interfaces"] = [name for name, _ in _IFACES.findall(msg)]
+        elif " set by environment to " in msg:
+            key, _, value = msg.partition(" set by environment to ")
+            info["env"][key.strip()] = value.strip()
+        elif msg.startswith("NCCL_") and " set to " in msg:
+            key, _, value = msg.partition(" set to ")
+            info["env"][key.strip()] = value.strip()
+        elif " via " in msg and "Channel" in msg:
+            transports.add(msg.rsplit(" via ", 1)[1].split()[0])
+        elif msg.startswith("ncclCommInitRank") and " nranks " in msg:
+            found = re.search(r" nranks (\d+)", msg)
+            info["ranks"] = int(found.group(1)) if found else None
+    info["transports"] = sorted(transports)
+    return info
+
+
+def nccl_findings(parsed: dict, infiniband_devices: list | None = None) -> list[dict]:
+    """Warnings from a parsed NCCL log: IB present but unused, a requested HCA NCCL did not find."""
+    out = []
+    ib = list(infiniband_devices or [])
+    if parsed.get("network") == "Socket" and ib:
+        out.append(check("nccl_transport", "warn",
+                         f"InfiniBand devices {', '.join(ib)} present but NCCL used NET/Socket "
+                         f"({', '.join(parsed.get('net_interfaces') or []) or '?'})",
+                         "set NCCL_IB_HCA to the active HCAs and leave NCCL_IB_DISABLE unset "
+                         "(nccl_net role: nccl_net_ib_hca); check `ibstat` shows State: Active"))
+    hca = parsed.get("env", {}).get("NCCL_IB_HCA")
+    if hca and parsed.get("ib_found") is False:
+        out.append(check("nccl_ib_hca", "warn",
+                         f"NCCL_IB_HCA={hca} but NCCL found no such IB device and fell back to "
+                         f"{parsed.get('network') or 'Socket'}",
+                         "set NCCL_IB_HCA to a device listed in /sys/class/infiniband, or unset it "
+                         "and set NCCL_IB_DISABLE=1 on nodes without IB"))
+    return out
+
+
+# --------------------------------------------------------------------------- diagnosis
+def check(name: str, status: str, detail: str, fix: str = "") -> dict:
+    return {"check": name, "status": status, "detail": detail, "fix": fix}
+
+
+# (cause, regex, detail template, fix template); first match wins, order = most specific first
+_PATTERNS = [
+    ("duplicate_gpu", r"Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+)",
+     "two ranks on one GPU: rank {0} and rank {1} both on CUDA device {2}",
+     "start one rank per GPU (nproc_per_node <= GPU count) and call torch.cuda.set_device(LOCAL_RANK); "
+     "check CUDA_VISIBLE_DEVICES"),
+    ("no_interface", r"NCCL_SOCKET_IFNAME set by environment to (\S+)[\s\S]*no socket interface found",
+     "NCCL found no usable interface: NCCL_SOCKET_IFNAME={0} matches no interface that is up",
+     "set NCCL_SOCKET_IFNAME to the interface that holds the cluster address (nccl_net role picks it)"),
+    ("no_interface", r"no socket interface found",
+     "NCCL found no usable socket interface",
+     "set NCCL_SOCKET_IFNAME to the interface that holds the cluster address (nccl_net role picks it)"),
+    ("no_interface", r"Unable to find address for:? ?(\S+)|interface (\S+) not found|"
+     r"(?:getifaddrs|ifname).*[Nn]o such device",
+     "gloo found no usable interface {0}",
+     "set GLOO_SOCKET_IFNAME to the interface that holds the cluster address"),
+    ("shm", r"Error while creating shared memory segment|unable to allocate shared memory|"
+     r"[Uu]nable to (?:open|write to) (?:shared memory object|file <?/?torch_)|No space left on device.*shm",
+     "shared memory (/dev/shm) too small or not shared for the workers",
+     "give the container a larger /dev/shm (podman/docker --shm-size=1g, or --ipc=host); "
+     "as a last resort NCCL_SHM_DISABLE=1"),
+    ("memlock", r"ibv_reg_mr failed|ibv_reg_mr.*Cannot allocate memory|"
+     r"(?:NET/IB|ib_plugin|ibvwrap).*Cannot allocate memory",
+     "RDMA memory registration failed: the locked-memory limit (ulimit -l) is too low",
+     "raise memlock: `ulimit -l unlimited` via /etc/security/limits.d (memlock unlimited), "
+     "containers --ulimit memlock=-1:-1"),
+    ("port_held", r"EADDRINUSE|[Aa]ddress already in use",
+     "the master port is already in use on the master node",
+     "stop the process holding it (`ss -ltnp` / fuser PORT/tcp) or set cluster_master_port to a free port"),
+    ("peer_unreachable", r"failed to connect to (\S+?):(\d+) \(errno: \d+ - (Network is unreachable|"
+     r"No route to host|Connection timed out)\)",
+     "cannot reach the master {0}:{1} ({2})",
+     "use an address on the cluster network for cluster_master_addr and check routes/firewall between "
+     "the nodes on that interface"),
+    ("rendezvous_connection", r"RendezvousConnectionError",
+     "could not talk to the c10d rendezvous store on the master port (a foreign listener or no server)",
+     "check what listens on the master port on the master node; make sure nothing but the job uses it"),
+    ("rendezvous_timeout", r"RendezvousTimeoutError|[Ww]ait timeout|[Tt]imed out.*(?:workers|rendezvous)|"
+     r"client socket has timed out|Socket Timeout|timed out after \d+ms while trying to connect|"
+     r"waiting for clients\. (\d+/\d+) clients joined",
+     "rendezvous timed out: not every rank joined in time",
+     "start the job on every node (same nnodes/world size and master address/port); "
+     "check the master address is reachable from every node"),
+    ("peer_lost", r"Connection reset by peer|Connection closed by peer|[Bb]roken pipe|"
+     r"NCCL error.*remote process exited",
+     "a peer went away during the collective (killed, crashed or the network dropped)",
+     "look at that node's worker log; rerun when every node is healthy"),
+]
+
+
+def classify_log(text: str) -> dict | None:
+    """The most likely cause named by one log text: {cause, detail, fix} or None."""
+    for cause, pattern, detail, fix in _PATTERNS:
+        match = re.search(pattern, text)
+        if match:
+            groups = [g for g in match.groups() if g is not None] if match.groups() else []
+            return {"cause": cause, "detail": detail.format(*groups, *[""] * 3), "fix": fix.format(*groups)}
+    return None
+
+
+_REACH_TEXT = {"unreachable": "no route (network unreachable)", "timeout": "no answer (connect timed out)",
+               "refused": "connection refused (nothing listening)"}
+
+
+def diagnose(hosts: list[dict], master_addr: str, master_port: int, holder: str | None = None) -> list[dict]:
+    """One line (cause + fix) per problem seen across hosts' run results.
+
+    `hosts` items: {host, status: supervisor status.json, ranks: [rank json], log: text excerpt,
+    nccl: parsed log, missing: reason when the host produced no result}. `holder` names the
+    process holding the master port when the run started (from the port check), if any.
+    """
+    problems: list[dict] = []
+
+    def add(name, detail, fix, host=None):
+        line = f"{host}: {detail}" if host else detail
+        if not any(p["detail"] == line for p in problems):
+            problems.append(check(name, "fail", line, fix))
+
+    # a version mismatch explains most other failures: look first
+    versions = {}
+    for h in hosts:
+        for r in h.get("ranks") or []:
+            for peer in r.get("peers") or [r]:
+                v = (peer.get("versions") or {}).get("torch")
+                if v:
+                    versions.setdefault(v, set()).add(peer.get("host") or h["host"])
+    if len(versions) > 1:
+        listing = "; ".join(f"torch {v} on {', '.join(sorted(hs))}" for v, hs in sorted(versions.items()))
+        add("version_mismatch", f"torch version mismatch between nodes: {listing}",
+            "install the same torch on every node (python_env role pins python_env_torch_version)")
+    for h in hosts:
+        host = h["host"]
+        if h.get("missing"):
+            add("worker", h["missing"], "rerun; check the node is reachable and the python path exists", host)
+            continue
+        status = h.get("status") or {}
+        ranks = h.get("ranks") or []
+        text = h.get("log") or ""
+        for r in ranks:
+            if r.get("mismatches"):
+                first = (r.get("sum_errors") or [{}])[0]
+                add("wrong_sum", f"wrong all-reduce sum on rank {r.get('rank')}: {r['mismatches']} elements differ "
+                    f"(first at index {first.get('index')}: got {first.get('got')}, expected {first.get('expected')})",
+                    "suspect memory/NIC corruption or mixed library versions: rerun, then test node pairs alone",
+                    host)
+        found = classify_log(text + "\n" + "\n".join(r.get("error", "") for r in ranks))
+        reach = next((r.get("master_reach") for r in ranks if r.get("master_reach")), None)
+        if found and found["cause"] == "port_held":
+            detail = f"master port {master_port} is in use" + (f" (held by {holder})" if holder else "")
+            add("port_held", detail, f"stop that process or set cluster_master_port to a free port", host)
+        elif reach in ("unreachable", "timeout") and (found is None or found["cause"] in (
+                "rendezvous_timeout", "rendezvous_connection", "peer_unreachable")):
+            add("peer_unreachable", f"cannot reach the master {master_addr}:{master_port}: {_REACH_TEXT[reach]}",
+                "use an address on the cluster network for cluster_master_addr and check routes/firewall "
+                "between the nodes on that interface", host)
+        elif found:
+            add(found["cause"], found["detail"], found["fix"], host)
+        elif status.get("state") == "timeout":
+            phase = ranks[0].get("phase") if ranks else "start"
+            add("timeout", f"no result within the outer timeout of {status.get('timeout')} s (stuck in {phase}); "
+                "workers killed", "look for a peer that never started; raise allreduce_smoke_timeout for slow "
+                "networks", host)
+        elif status.get("state") == "failed" and not any(r.get("mismatches") for r in ranks):
+            err = next((r.get("error") for r in ranks if r.get("error")), None)
+            err = err or status.get("error")
+            add("worker", f"worker failed: {err or 'exit codes ' + str(status.get('exit_codes'))}",
+                "see the rank logs in the run directory on that node", host)
+    # a rank that merely waited for a failed peer is a consequence, not a cause: keep the causes
+    causes = [p for p in problems if p["check"] not in ("rendezvous_timeout", "timeout", "peer_lost")]
+    return causes or problems
+
+
+# --------------------------------------------------------------------------- report
+def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: str | None = None,
+              min_busbw: float | None = None, min_ratio: float | None = None,
+              ratio_min_bytes: int = 64 << 20) -> dict:
+    """The whole run as one result: rows, ratio, findings, failures and status."""
+    ranks = [r for h in hosts for r in (h.get("ranks") or [])]
+    good = [r for r in ranks if r.get("sweep")]
+    first = next((r for r in good if r.get("rank") == 0), good[0] if good else None)
+    world = first.get("world_size", 0) if first else 0
+    rows = []
+    if first:
+        for entry in first["sweep"]:
+            algbw, busbw = bandwidth(entry["bytes"], entry["time_s"], world)
+            rows.append({"bytes": entry["bytes"], "time_us": round(entry["time_s"] * 1e6, 1),
+                         "algbw": round(algbw, 3), "busbw": round(busbw, 3)})
+    tcp = [p for p in (first.get("tcp") or [])] if first else []
+    tcp_gbps = min((p["gbps"] for p in tcp if p.get("gbps")), default=None)
+    big = [row for row in rows if row["bytes"] >= ratio_min_bytes] or rows[-1:]
+    busbw_big = max((row["busbw"] for row in big), default=None)
+    ratio = round(busbw_big / tcp_gbps, 3) if busbw_big is not None and tcp_gbps else None
+    failures = diagnose(hosts, master_addr, master_port, holder)
+    warnings = []
+    for h in hosts:
+        status = h.get("status") or {}
+        for note in status.get("notes") or []:
+            warnings.append(check("environment", "warn", f"{h['host']}: {note}",
+                                  "let shell_env export GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME above the "
+                                  "~/.bashrc guard (nccl_net + shell_env roles)"))
+        if h.get("nccl"):
+            for w in nccl_findings(h["nccl"], status.get("infiniband")):
+                w["detail"] = f"{h['host']}: {w['detail']}"
+                warnings.append(w)
+    if not failures and rows:
+        if min_busbw is not None and busbw_big is not None and busbw_big < min_busbw:
+            failures.append(check("busbw", "fail", f"busbw {busbw_big:.3f} GB/s at {human_size(big[-1]['bytes'])}"
+                                  f" is below allreduce_smoke_min_busbw {min_busbw}",
+                                  "check the interface (GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME), IB use, or lower "
+                                  "the threshold"))
+        if min_ratio is not None and ratio is not None and ratio < min_ratio:
+            failures.append(check("ratio", "fail", f"busbw/TCP ratio {ratio} is below allreduce_smoke_min_ratio "
+                                  f"{min_ratio} (busbw {busbw_big:.3f} GB/s, TCP {tcp_gbps:.3f} GB/s)",
+                                  "see the tuning variables in the allreduce_smoke README"))
+    if not failures and not rows:
+        failures.append(check("worker", "fail", "no rank produced a result", "see the rank logs on the nodes"))
+    status = hosts[0].get("status") if hosts else {}
+    return {
+        "status": "fail" if failures else ("warn" if warnings else "pass"),
+        "backend": (status or {}).get("backend") or (first or {}).get("backend"),
+        "world_size": world, "nodes": len(hosts),
+        "master": f"{master_addr}:{master_port}",
+        "correct": bool(ranks) and all(r.get("correct") for r in ranks) and len(ranks) == world,
+        "rows": rows, "tcp": tcp, "tcp_gbps": tcp_gbps, "busbw_gbps": busbw_big, "ratio": ratio,
+        "interfaces": {h["host"]: (h.get("status") or {}).get("env_used", {}).get("GLOO_SOCKET_IFNAME")
+                       or (h.get("nccl") or {}).get("net_interfaces") for h in hosts},
+        "nccl": {h["host"]: h["nccl"] for h in hosts if h.get("nccl")},
+        "failures": failures, "warnings": warnings,
+    }
+
+
+def table_lines(result: dict) -> list[str]:
+    """The result as nccl-tests-like lines for the play output."""
+    lines = [f"all-reduce {result.get('backend')} over {result.get('world_size')} ranks on "
+             f"{result.get('nodes')} nodes, master {result.get('master')}, sum "
+             f"{'correct' if result.get('correct') else 'NOT verified'}",
+             f"{'size':>10} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}"]
+    for row in result.get("rows") or []:
+        lines.append(f"{human_size(row['bytes']):>10} {row['time_us']:>12.1f} {row['algbw']:>12.3f} {row['busbw']:>12.3f}")
+    for probe in result.get("tcp") or []:
+        lines.append(f"TCP one-way {probe.get('src')} -> {probe.get('dst')}: {probe.get('gbps', 0):.3f} GB/s")
+    if result.get("ratio") is not None:
+        lines.append(f"busbw/TCP ratio: {result['ratio']:.2f} (busbw {result['busbw_gbps']:.3f} GB/s)")
+    for item in result.get("warnings", []) + result.get("failures", []):
+        lines.append(f"{item['status'].upper()}: {item['detail']} -- fix: {item['fix']}")
+    return lines

@@ -1,0 +1,411 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to provision.cluster
+# Apache-2.0
+"""The all-reduce smoke worker: runs ON the nodes, with only the standard library and torch.
+
+The allreduce_smoke module writes this file's source into a run directory on every node and
+starts it there as ``python allreduce_worker.py supervise CONFIG.json`` (through ``bash -c``
+with the user's ``~/.bashrc`` sourced, as a non-interactive ssh shell sees it). The module
+imports it as module_utils only to ship it; nothing here imports Ansible, and torch is imported
+lazily inside the rank processes.
+
+Layout of a run directory (one per run, on every node)::
+
+    config.json      what the module asked for
+    supervisor.log   the supervisor's own output (normally empty)
+    rank<L>.log      stdout+stderr of local rank L (NCCL_DEBUG output lands here)
+    rank<L>.json     what local rank L found: rendezvous, sum check, sweep, TCP probe
+    status.json      written last by the supervisor: state, exit codes, elapsed, environment
+
+The supervisor runs in its own session (process group) and kills every rank it started when
+the outer deadline passes, so no worker outlives its run holding the port or a GPU.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+WORKER_NAME = "allreduce_worker.py"
+# environment variables the report shows (what the non-interactive shell gave the workers)
+ENV_SHOWN = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_DISABLE",
+             "NCCL_DEBUG", "NCCL_NET", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "OMP_NUM_THREADS",
+             "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV")
+
+
+# --------------------------------------------------------------------------- helpers
+def write_json(path, data):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def one_line(exc):
+    """An exception as one line: its type and the last meaningful line of its message."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("frame #")]
+    text = lines[0] if lines else ""
+    for ln in lines:
+        if "Exception raised from" in ln:
+            break
+        text = ln if len(text) < 20 else text
+    return f"{type(exc).__name__}: {text}"[:400]
+
+
+def interface_of(address):
+    """Name of the local interface that holds IPv4 `address` (SIOCGIFADDR per interface), or None."""
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == address:
+                return name
+    return None
+
+
+def reach(host, port, timeout=3.0):
+    """Can we open TCP to host:port? 'ok', 'refused', 'unreachable' or 'timeout'."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return "ok"
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "timeout"
+    except OSError as exc:
+        if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return "unreachable"
+        return f"error: {exc.strerror or exc}"
+
+
+# --------------------------------------------------------------------------- supervisor
+def supervise(cfg_path):
+    with open(cfg_path, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    run_dir = cfg["run_dir"]
+    start = time.monotonic()
+    env = dict(os.environ)
+    env_seen = {k: os.environ[k] for k in ENV_SHOWN if k in os.environ}
+    notes = []
+    for key, value in (cfg.get("env") or {}).items():
+        env[str(key)] = str(value)
+    backend = cfg.get("backend", "auto")
+    nproc = int(cfg.get("nproc_per_node") or 0)
+    if backend == "auto" or nproc <= 0:
+        gpus = _gpu_count(env)
+        if backend == "auto":
+            backend = "nccl" if gpus > 0 else "gloo"
+        if nproc <= 0:
+            nproc = max(gpus, 1) if backend == "nccl" else 1
+    iface = interface_of(cfg["address"]) if cfg.get("address") else None
+    if backend == "gloo":
+        if not env.get("GLOO_SOCKET_IFNAME"):
+            if iface:
+                env["GLOO_SOCKET_IFNAME"] = iface
+                notes.append(f"GLOO_SOCKET_IFNAME not set in the non-interactive environment: "
+                             f"used {iface} (holds {cfg['address']})")
+        devices = int(cfg.get("gloo_devices") or 1)
+        names = [n for n in env.get("GLOO_SOCKET_IFNAME", "").split(",") if n]
+        if devices > 1 and len(names) == 1:
+            env["GLOO_SOCKET_IFNAME"] = ",".join(names * devices)
+    else:
+        env.setdefault("NCCL_DEBUG", cfg.get("nccl_debug") or "INFO")
+        env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET,ENV")
+    env["PYTHONUNBUFFERED"] = "1"
+    procs = []
+    for local in range(nproc):
+        log = open(os.path.join(run_dir, f"rank{local}.log"), "wb")  # noqa: SIM115 (child owns it)
+        procs.append(__import__("subprocess").Popen(
+            [sys.executable, os.path.abspath(__file__), "rank", cfg_path, str(local), backend, str(nproc)],
+            stdin=__import__("subprocess").DEVNULL, stdout=log, stderr=log, env=env, cwd=run_dir))
+        log.close()
+    deadline = start + float(cfg.get("timeout", 120))
+    grace = float(cfg.get("failure_grace", 5))
+    first_failure = None
+    timed_out = False
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            break
+        now = time.monotonic()
+        if first_failure is None and any(c not in (None, 0) for c in codes):
+            first_failure = now
+        if now > deadline or (first_failure is not None and now > first_failure + grace):
+            timed_out = now > deadline
+            _kill(procs)
+            break
+        time.sleep(0.1)
+    codes = [p.wait() for p in procs]
+    write_json(os.path.join(run_dir, "status.json"), {
+        "state": "timeout" if timed_out else ("ok" if all(c == 0 for c in codes) else "failed"),
+        "exit_codes": codes, "elapsed": round(time.monotonic() - start, 3), "backend": backend,
+        "nproc_per_node": nproc, "env": env_seen, "env_used": {k: env[k] for k in ENV_SHOWN if k in env},
+        "interface": iface, "notes": notes, "timeout": cfg.get("timeout", 120),
+        "infiniband": sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else [],
+    })
+    return 0
+
+
+def _gpu_count(env):
+    if env.get("CUDA_VISIBLE_DEVICES") == "":
+        return 0
+    try:
+        return len([d for d in os.listdir("/proc/driver/nvidia/gpus")])
+    except OSError:
+        return 0
+
+
+def _kill(procs):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(sig)
+                except OSError:
+                    pass
+        end = time.monotonic() + 2
+        while time.monotonic() < end and any(p.poll() is None for p in procs):
+            time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- rank process
+def expected_value(index_mod3, world_size):
+    """Element i of rank r holds (r+1)*(i%3+1); the exact sum over ranks is (i%3+1)*W(W+1)/2."""
+    return (index_mod3 + 1) * world_size * (world_size + 1) // 2
+
+
+def rank_main(cfg_path, local_rank, backend, nproc):
+    with open(cfg_path, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    out_path = os.path.join(cfg["run_dir"], f"rank{local_rank}.json")
+    res = {"local_rank": local_rank, "node_rank": cfg["node_rank"], "host": socket.gethostname(),
+           "backend": backend, "phase": "import", "ok": False}
+    write_json(out_path, res)
+    started = time.monotonic()
+    try:
+        _rank_body(cfg, local_rank, backend, nproc, res, out_path)
+        res["ok"] = res.get("correct", False)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line in the report
+        __import__("traceback").print_exc()
+        res["error"] = one_line(exc)
+        if res["phase"] in ("rendezvous", "init") and not res.get("is_master"):
+            res["master_reach"] = reach(cfg["master_addr"], int(cfg["master_port"]))
+    res["elapsed"] = round(time.monotonic() - started, 3)
+    write_json(out_path, res)
+    return 0 if res["ok"] else 1
+
+
+def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    res["versions"] = {"torch": torch.__version__, "python": sys.version.split()[0],
+                       "cuda": torch.version.cuda,
+                       "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None}
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg["threads"]))
+    device = "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    nnodes = int(cfg["nnodes"])
+    world = nnodes * nproc
+    addr, port = cfg["master_addr"], int(cfg["master_port"])
+    rdzv_timeout = datetime.timedelta(seconds=float(cfg.get("rendezvous_timeout", 30)))
+    res["is_master"] = cfg["node_rank"] == 0 and local_rank == 0
+    res["phase"] = "rendezvous"
+    write_json(out_path, res)
+    t0 = time.monotonic()
+    handler = None
+    if cfg.get("rendezvous", "static") == "c10d":
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+        params = RendezvousParameters(
+            backend="c10d", endpoint=f"{addr}:{port}", run_id=cfg["run_id"], min_nodes=world,
+            max_nodes=world, local_addr=cfg.get("address"), join_timeout=str(int(rdzv_timeout.total_seconds())),
+            read_timeout=str(int(rdzv_timeout.total_seconds())), is_host=str(res["is_master"]).lower(),
+            last_call_timeout="1")
+        handler = get_rendezvous_handler(params)
+        info = handler.next_rendezvous()
+        store, rank, world = info.store, info.rank, info.world_size
+    else:
+        rank = cfg["node_rank"] * nproc + local_rank
+        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=rdzv_timeout,
+                              wait_for_workers=True)
+    res.update(rank=rank, world_size=world, rendezvous_s=round(time.monotonic() - t0, 3))
+    res["phase"] = "init"
+    write_json(out_path, res)
+    store = dist.PrefixStore("smoke", store)
+    # who is who, and with which versions, before the process group: a version mismatch between
+    # nodes can break init_process_group itself, and the report must still be able to say so
+    me = {"rank": rank, "host": res["host"], "node_rank": cfg["node_rank"], "local_rank": local_rank,
+          "address": cfg.get("address"), "versions": res["versions"]}
+    store.set(f"hello/{rank}", json.dumps(me))
+    res["peers"] = [json.loads(store.get(f"hello/{r}")) for r in range(world)]
+    write_json(out_path, res)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=float(cfg.get("collective_timeout", 60))))
+    try:
+        _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_rank, res, out_path)
+    finally:
+        dist.destroy_process_group()
+        if handler is not None:
+            handler.shutdown()
+
+
+def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_rank, res, out_path):
+    peers = res["peers"]
+    chunk = int(cfg.get("chunk_bytes") or 0)
+
+    def allreduce(t):
+        if chunk and t.numel() * t.element_size() > chunk:
+            works = [dist.all_reduce(c, async_op=True) for c in t.split(max(chunk // t.element_size(), 1))]
+            for w in works:
+                w.wait()
+        else:
+            dist.all_reduce(t)
+
+    def sync():
+        if device != "cpu":
+            torch.cuda.synchronize()
+
+    res["phase"] = "check"
+    sweep, mismatches = [], 0
+    warmup, iters = int(cfg.get("warmup", 2)), int(cfg.get("iters", 10))
+    budget = float(cfg.get("size_budget_seconds", 2.0))
+    for size in cfg["sizes"]:
+        n = max(int(size) // 4, 1)
+        pattern = (torch.arange(n, dtype=torch.int64, device=device) % 3)
+        t = ((pattern + 1) * (rank + 1)).to(torch.float32)
+        allreduce(t)
+        sync()
+        expect = ((pattern + 1) * (world * (world + 1) // 2)).to(torch.float32)
+        bad = int((t != expect).sum().item())
+        if bad:
+            first = int((t != expect).nonzero()[0].item())
+            res.setdefault("sum_errors", []).append(
+                {"bytes": n * 4, "mismatches": bad, "index": first, "got": float(t[first]),
+                 "expected": float(expect[first])})
+        mismatches += bad
+        del expect, pattern
+        t.zero_()
+        for _ in range(warmup):
+            allreduce(t)
+        sync()
+        # iterations: as asked, but no more than the per-size time budget allows (same on all ranks)
+        once = time.perf_counter()
+        allreduce(t)
+        sync()
+        probe = torch.tensor([time.perf_counter() - once], dtype=torch.float64, device=device)
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+        n_iter = max(3, min(iters, int(budget / max(float(probe.item()), 1e-6))))
+        dist.barrier()
+        t1 = time.perf_counter()
+        for _ in range(n_iter):
+            allreduce(t)
+        sync()
+        dt = (time.perf_counter() - t1) / n_iter
+        worst = torch.tensor([dt], dtype=torch.float64, device=device)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        sweep.append({"bytes": n * 4, "time_s": float(worst.item()), "iters": n_iter})
+        res["sweep"] = sweep
+        write_json(out_path, res)
+        del t
+    res["correct"] = mismatches == 0
+    res["mismatches"] = mismatches
+    res["phase"] = "probe"
+    if cfg.get("tcp_probe_seconds", 1.0) and world > 1:
+        res["tcp"] = tcp_probe(store, rank, peers, float(cfg.get("tcp_probe_seconds", 1.0)),
+                               dist, cfg.get("address"))
+    res["phase"] = "done"
+
+
+# --------------------------------------------------------------------------- TCP probe
+PROBE_BUF = 4 << 20
+
+
+def tcp_probe(store, rank, peers, seconds, dist, address):
+    """One-way TCP bandwidth node i -> node i+1 (one stream each, pairs one after the other)."""
+    reps = sorted((p for p in peers if p["local_rank"] == 0), key=lambda p: p["node_rank"])
+    results = []
+    if len(reps) < 2:
+        return results
+    pairs = [(reps[i], reps[(i + 1) % len(reps)]) for i in range(len(reps) if len(reps) > 2 else 2)]
+    for idx, (src, dst) in enumerate(pairs):
+        dist.barrier()
+        key = f"probe/{idx}"
+        if rank == dst["rank"]:
+            results.append(_probe_receive(store, key, seconds, address))
+        elif rank == src["rank"]:
+            _probe_send(store, key, seconds)
+        dist.barrier()
+        if rank != dst["rank"]:
+            results.append(json.loads(store.get(f"{key}/result")))
+        results[-1].update({"src": src["host"], "dst": dst["host"]})
+    return results
+
+
+def _probe_receive(store, key, seconds, address):
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((address or "0.0.0.0", 0))
+    srv.listen(1)
+    srv.settimeout(seconds + 30)
+    store.set(key, f"{srv.getsockname()[0]}:{srv.getsockname()[1]}")
+    conn, _ = srv.accept()
+    conn.settimeout(seconds + 30)
+    buf = bytearray(PROBE_BUF)
+    view = memoryview(buf)
+    total, first, last = 0, None, None
+    while True:
+        got = conn.recv_into(view)
+        if not got:
+            break
+        now = time.perf_counter()
+        if first is None:
+            first = now
+        else:
+            total += got  # the first read only starts the clock
+        last = now
+    conn.close()
+    srv.close()
+    span = (last - first) if first is not None and last is not None else 0.0
+    result = {"bytes": total, "seconds": round(span, 4),
+              "gbps": round(total / span / 1e9, 4) if span > 0 else 0.0}
+    store.set(f"{key}/result", json.dumps(result))
+    return result
+
+
+def _probe_send(store, key, seconds):
+    host, port = store.get(key).decode().rsplit(":", 1)
+    buf = bytes(PROBE_BUF)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            sock.sendall(buf)
+        sock.shutdown(socket.SHUT_WR)
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == "supervise":
+        return supervise(argv[1])
+    if len(argv) >= 5 and argv[0] == "rank":
+        return rank_main(argv[1], int(argv[2]), argv[3], int(argv[4]))
+    sys.stderr.write(f"usage: {WORKER_NAME} supervise CONFIG | rank CONFIG LOCAL_RANK BACKEND NPROC\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,382 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""Python environment: pins, wheelhouse manifests, venv/conda commands, version probes and the
+cross-node comparison (pure Python; the modules and `provision verify` call these)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections import Counter
+
+MANIFEST = ".provision-wheelhouse.json"
+
+# ---------------------------------------------------------------- pins
+
+
+def normalize(name):
+    """PEP 503 name normalisation."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_pin(spec):
+    """'torch==2.13.0' -> ('torch', '2.13.0'). Only exact pins: every node must get the same thing."""
+    m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;,]+)\s*", spec or "")
+    if not m:
+        raise ValueError(f"{spec!r} is not an exact pin (name==version): pin every package so all nodes match")
+    return normalize(m.group(1)), m.group(2)
+
+
+def pin_satisfied(installed, wanted):
+    """'2.13.0+cpu' satisfies '2.13.0' (PEP 440: a pin without a local label matches any local label)."""
+    if installed is None:
+        return False
+    if "+" in wanted:
+        return installed == wanted
+    return installed.split("+", 1)[0] == wanted
+
+
+def unmet_pins(pins, installed):
+    """The pins (original spellings) that the installed distributions {normalized: version} do not meet."""
+    out = []
+    for spec in pins:
+        name, version = parse_pin(spec)
+        if not pin_satisfied(installed.get(name), version):
+            out.append(spec)
+    return out
+
+
+def requirement_key(pins):
+    """A stable key for a set of pins (the wheelhouse manifest's index)."""
+    return " ".join(sorted(p.strip() for p in pins))
+
+
+# ---------------------------------------------------------------- wheelhouse (controller)
+
+
+_LEGACY_MANYLINUX = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
+
+
+def expand_platform(platform):
+    """'manylinux_2_28_x86_64' -> itself and every older manylinux tag a glibc 2.28 node also runs
+    (2_27 ... 2_17, manylinux2014, 2010, 1). pip < 24 takes --platform literally, and wheels such
+    as numpy 2.2 are tagged manylinux_2_17 only."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform)
+    if not m:
+        return [platform]
+    major, minor, arch = int(m.group(1)), int(m.group(2)), m.group(3)
+    out = []
+    for mn in range(minor, 4, -1):
+        out.append(f"manylinux_{major}_{mn}_{arch}")
+        if (major, mn) in _LEGACY_MANYLINUX:
+            out.append(f"{_LEGACY_MANYLINUX[(major, mn)]}_{arch}")
+    return out
+
+
+def pip_download_argv(python, dest, pins, *, platform, python_version, implementation, abi,
+                      find_links=(), index_url=None, extra_args=()):
+    argv = [python, "-m", "pip", "download", "--disable-pip-version-check", "--progress-bar", "off",
+            "--dest", dest, "--only-binary=:all:"]
+    for tag in expand_platform(platform):
+        argv += ["--platform", tag]
+    argv += ["--python-version", python_version, "--implementation", implementation, "--abi", abi]
+    for link in find_links:
+        argv += ["--find-links", link]
+    if index_url:
+        argv += ["--index-url", index_url]
+    return argv + list(extra_args) + list(pins)
+
+
+_SAVED = re.compile(r"^\s*(?:Saved|File was already downloaded)\s+(\S+\.whl)\s*$", re.M)
+
+
+def downloaded_files(pip_output):
+    """Wheel file names pip download reported (new or already present)."""
+    return sorted({os.path.basename(p) for p in _SAVED.findall(pip_output or "")})
+
+
+def platform_key(platform, python_version, implementation, abi):
+    return f"{platform} {implementation}{python_version} {abi}"
+
+
+def manifest_sets_missing(manifest, sets, pkey, present):
+    """Requirement sets (lists of pins) the manifest does not cover with files still present."""
+    if manifest.get("platform") != pkey:
+        return list(sets)
+    missing = []
+    for pins in sets:
+        files = manifest.get("sets", {}).get(requirement_key(pins))
+        if not files or any(f not in present for f in files):
+            missing.append(pins)
+    return missing
+
+
+def sha256_file(path, bufsize=1 << 20):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(bufsize), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_records(directory, names, cache):
+    """{name: {size, mtime, sha256}} for names in directory, reusing cache entries whose size and
+    mtime are unchanged (a wheel is hashed once, not on every run)."""
+    out = {}
+    for name in names:
+        st = os.stat(os.path.join(directory, name))
+        old = cache.get(name) or {}
+        if old.get("size") == st.st_size and old.get("mtime") == int(st.st_mtime) and old.get("sha256"):
+            out[name] = old
+        else:
+            out[name] = {"size": st.st_size, "mtime": int(st.st_mtime),
+                         "sha256": sha256_file(os.path.join(directory, name))}
+    return out
+
+
+def wheelhouse_diff(expected, present):
+    """expected: [{name, size, sha256}]; present: {name: {size, sha256}} on the node.
+    -> names to copy (missing, or different size/checksum)."""
+    todo = []
+    for rec in expected:
+        have = present.get(rec["name"])
+        if not have or have.get("size") != rec["size"] or have.get("sha256") != rec["sha256"]:
+            todo.append(rec["name"])
+    return todo
+
+
+def last_line(*texts):
+    """The last non-empty line of the first text that has one (a failed command's one-line cause)."""
+    for text in texts:
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1]
+    return "no output"
+
+
+def load_json(path):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+# ---------------------------------------------------------------- venv / pip (node)
+
+# One subprocess in the target interpreter: the installed distributions (cheap, no imports).
+DISTS_PROBE = r"""
+import json, sys, platform
+from importlib import metadata
+d = {}
+for dist in metadata.distributions():
+    name = dist.metadata["Name"]
+    if name:
+        d[name] = dist.version
+print(json.dumps({"python": platform.python_version(), "prefix": sys.prefix, "dists": d}))
+"""
+
+# The versions probe: python, torch, its CUDA and NCCL, the distributed backends, the extras.
+VERSIONS_PROBE = r"""
+import json, sys, platform
+from importlib import metadata
+names = json.loads(sys.argv[1])
+out = {"python": platform.python_version(), "executable": sys.executable, "packages": {}}
+for n in names:
+    try:
+        out["packages"][n] = metadata.version(n)
+    except metadata.PackageNotFoundError:
+        out["packages"][n] = None
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["torch_cuda"] = torch.version.cuda
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+    try:
+        v = torch.cuda.nccl.version()
+        out["nccl"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else v
+    except Exception:
+        out["nccl"] = None
+    import torch.distributed as dist
+    ok = dist.is_available()
+    out["backends"] = {"gloo": ok and dist.is_gloo_available(), "nccl": ok and dist.is_nccl_available(),
+                       "mpi": ok and dist.is_mpi_available()}
+except ImportError as exc:
+    out["torch"] = None
+    out["torch_error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+def parse_probe(stdout):
+    """The last JSON line a probe printed (torch may print warnings before it)."""
+    for line in reversed((stdout or "").strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError("no JSON in probe output")
+
+
+def normalize_versions(raw):
+    """Probe output -> the python_env_versions fact (stable keys, NCCL as a dotted string)."""
+    nccl = raw.get("nccl")
+    if isinstance(nccl, int):
+        nccl = (f"{nccl // 10000}.{nccl % 10000 // 100}.{nccl % 100}" if nccl >= 10000
+                else f"{nccl // 1000}.{nccl % 1000 // 100}.{nccl % 100}")
+    return {
+        "python": raw.get("python"),
+        "torch": raw.get("torch"),
+        "torch_cuda": raw.get("torch_cuda"),
+        "nccl": nccl,
+        "cuda_available": raw.get("cuda_available", False),
+        "device_count": raw.get("device_count", 0),
+        "backends": raw.get("backends") or {"gloo": False, "nccl": False, "mpi": False},
+        "packages": raw.get("packages") or {},
+    }
+
+
+def chown_tree(path, uid, gid):
+    """Own a whole environment (after pip ran as root) by the cluster user; symlinks themselves."""
+    os.lchown(path, uid, gid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, gid)
+
+
+def venv_create_argv(python, path, system_site_packages=False):
+    argv = [python, "-m", "venv"]
+    if system_site_packages:
+        argv.append("--system-site-packages")
+    return argv + [path]
+
+
+def pip_install_argv(python, pins, find_links):
+    """Offline install from the node's wheelhouse: never an index."""
+    return [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-index",
+            "--find-links", find_links, "--progress-bar", "off"] + list(pins)
+
+
+# ---------------------------------------------------------------- conda
+
+
+def conda_install_argv(installer, prefix):
+    """Batch mode (-b: no prompts, no licence pager, no `conda init`), into prefix."""
+    return ["bash", installer, "-b", "-p", prefix]
+
+
+def conda_create_argv(prefix, env_prefix, python_version, *, channels=(), offline=False):
+    argv = [f"{prefix}/bin/conda", "create", "--yes", "--quiet", "--prefix", env_prefix,
+            f"python={python_version}", "pip"]
+    for ch in channels:
+        argv += ["--channel", ch]
+    if channels:
+        argv.append("--override-channels")
+    if offline:
+        argv.append("--offline")
+    return argv
+
+
+def conda_env_facts(prefix, env_name):
+    env_prefix = f"{prefix}/envs/{env_name}"
+    return env_prefix, {
+        "env": {"CONDA_PREFIX": env_prefix, "CONDA_DEFAULT_ENV": env_name, "CONDA_EXE": f"{prefix}/bin/conda"},
+        "path": [f"{env_prefix}/bin", f"{prefix}/condabin"],
+        "ld_library_path": [],
+        "source": [],
+    }
+
+
+def python_matches(found, wanted):
+    """'3.11.9' matches '3.11' and '3.11.9'."""
+    if not found:
+        return False
+    f, w = found.split("."), str(wanted).split(".")
+    return f[:len(w)] == w
+
+
+def venv_env(path):
+    return {"env": {"VIRTUAL_ENV": path}, "path": [f"{path}/bin"], "ld_library_path": [], "source": []}
+
+
+# ---------------------------------------------------------------- cross-node comparison
+
+BASE_COLUMNS = ("python", "torch", "torch_cuda", "nccl", "gloo", "nccl_backend", "mpi")
+
+
+def _cells(v):
+    v = v or {}
+    b = v.get("backends") or {}
+    cells = {"python": v.get("python"), "torch": v.get("torch"), "torch_cuda": v.get("torch_cuda"),
+             "nccl": v.get("nccl"), "gloo": b.get("gloo"), "nccl_backend": b.get("nccl"), "mpi": b.get("mpi")}
+    for name, ver in sorted((v.get("packages") or {}).items()):
+        cells[name] = ver
+    return cells
+
+
+def _fmt(value):
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def compare_versions(per_host, order=None):
+    """Compare the python_env_versions of every node.
+
+    per_host: {host: versions fact}; order: host order (inventory order) for the table.
+    Returns {ok, differing_columns, differing_hosts, table, reference}: for each column where
+    nodes disagree, the reference value is the most common one (ties: the first node's) and a
+    node is 'differing' when its value is not the reference. The table lists every node on the
+    differing columns, the odd cells marked with '*'.
+    """
+    hosts = [h for h in (order or sorted(per_host)) if h in per_host]
+    missing = [h for h in (order or []) if h not in per_host]
+    cells = {h: _cells(per_host[h]) for h in hosts}
+    columns = []
+    for h in hosts:
+        for c in cells[h]:
+            if c not in columns:
+                columns.append(c)
+    reference, differing_cols, odd = {}, [], {}
+    for c in columns:
+        values = [_fmt(cells[h].get(c)) for h in hosts]
+        counts = Counter(values)
+        top = max(counts.values()) if counts else 0
+        ref = next(v for v in values if counts[v] == top) if values else None
+        reference[c] = ref
+        if len(counts) > 1:
+            differing_cols.append(c)
+            for h, v in zip(hosts, values):
+                if v != ref:
+                    odd.setdefault(h, []).append(c)
+    differing_hosts = [h for h in hosts if h in odd] + missing
+    table = ""
+    if differing_cols or missing:
+        header = ["node"] + differing_cols + (["versions"] if missing else [])
+        rows = [header]
+        for h in hosts:
+            rows.append([h] + [_fmt(cells[h].get(c)) + ("*" if c in odd.get(h, []) else "") for c in differing_cols]
+                        + (["recorded"] if missing else []))
+        for h in missing:
+            rows.append([h] + ["-"] * len(differing_cols) + ["missing*"])
+        widths = [max(len(r[i]) if i < len(r) else 0 for r in rows) for i in range(len(header))]
+        table = "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows)
+    return {"ok": not differing_cols and not missing, "differing_columns": differing_cols,
+            "differing_hosts": differing_hosts, "odd_cells": odd, "reference": reference, "table": table}
+
+
+def versions_check(result):
+    """The verify contract for the comparison."""
+    if result["ok"]:
+        return {"check": "versions_equal", "status": "pass", "detail": "python/torch/CUDA/NCCL/extras equal on all nodes",
+                "fix": ""}
+    odd = "; ".join(f"{h}: {', '.join(cols)}" for h, cols in result["odd_cells"].items()) or \
+        ", ".join(result["differing_hosts"])
+    return {"check": "versions_equal", "status": "fail",
+            "detail": f"nodes differ ({odd})",
+            "fix": "pin the same python_env_torch_spec/python_env_extra_packages for every node and re-run the python_env stage"}

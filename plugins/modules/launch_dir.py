@@ -1,0 +1,126 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: launch_dir
+short_description: Write a directory of launcher files (hostfiles, scripts, configs) in one task
+description:
+  - Writes every file given in O(files) into O(path), owned by O(owner), each atomically and only
+    when its content or mode differs. Files of O(absent) are removed.
+  - The contents come from the C(provision.cluster.launch_files) filter (see the launchers role).
+options:
+  path:
+    description: The directory; C(~user) is expanded on the node. Made (0755) when missing.
+    type: path
+    required: true
+  owner:
+    description: User owning the directory and files (its primary group too).
+    type: str
+  files:
+    description: "C({name: {content: str, mode: '0644'}}): the files to have."
+    type: dict
+    required: true
+  absent:
+    description: File names in O(path) that must not exist (e.g. a rank table no longer wanted).
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode and diff mode.
+author: provision developers
+"""
+
+EXAMPLES = r"""
+- name: Write the launch files
+  provision.cluster.launch_dir:
+    path: "~root/.provision/launch"
+    owner: root
+    files:
+      hostfile.deepspeed: {content: "node1 slots=8\nnode2 slots=8\n", mode: "0644"}
+"""
+
+RETURN = r"""
+path:
+  description: The directory, expanded.
+  returned: always
+  type: str
+written:
+  description: Names of the files written (or that would be, in check mode).
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: Names of the files removed.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import pwd
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.launchers import plan_files, read_text
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            owner=dict(type="str"),
+            files=dict(type="dict", required=True),
+            absent=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    owner = module.params["owner"]
+    path = module.params["path"]
+    if path.startswith("~"):
+        path = os.path.expanduser(path)
+        if path.startswith("~"):
+            module.fail_json(msg="launch_dir: user of %s does not exist on this node; create it or set cluster_user"
+                             % module.params["path"])
+    try:
+        uid, gid = (pwd.getpwnam(owner)[2:4]) if owner else (os.getuid(), os.getgid())
+    except KeyError:
+        module.fail_json(msg="launch_dir: user %s does not exist on this node; create it or set cluster_user" % owner)
+    files = module.params["files"]
+    for name, spec in files.items():
+        if "/" in name or not isinstance(spec, dict) or "content" not in spec:
+            module.fail_json(msg="launch_dir: bad entry %r (needs a plain name and {content, mode})" % name)
+
+    made_dir = not os.path.isdir(path)
+    todo = plan_files(path, files) if not made_dir else [(n, "missing") for n in sorted(files)]
+    removed = [n for n in module.params["absent"] if os.path.lexists(os.path.join(path, n))]
+    diff = [{"before_header": os.path.join(path, n), "after_header": os.path.join(path, n),
+             "before": read_text(os.path.join(path, n)), "after": files[n]["content"]} for n, _ in todo]
+    changed = bool(made_dir or todo or removed)
+    if module.check_mode or not changed:
+        module.exit_json(changed=changed, path=path, written=[n for n, _ in todo], removed=removed, diff=diff)
+
+    if made_dir:
+        os.makedirs(path, mode=0o755)
+        parent = os.path.dirname(path)
+        for d in (parent, path):  # ~/.provision and ~/.provision/launch belong to the user
+            os.chown(d, uid, gid)
+    for name, _reason in todo:
+        spec = files[name]
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".%s." % name)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(spec["content"].encode("utf-8"))
+        dest = os.path.join(path, name)
+        module.atomic_move(tmp, dest)
+        # atomic_move copies the old file's mode/owner (or applies the umask): set ours again
+        os.chmod(dest, int(str(spec.get("mode", "0644")), 8))
+        os.chown(dest, uid, gid)
+    for name in removed:
+        os.unlink(os.path.join(path, name))
+    module.exit_json(changed=True, path=path, written=[n for n, _ in todo], removed=removed, diff=diff)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nccl_net_facts
+short_description: Choose NCCL/Gloo network settings from what the node really has
+description:
+  - Reads interfaces, state, MTU, speed and addresses from C(/sys/class/net), C(/proc/net/fib_trie),
+    C(/proc/net/route) and C(/proc/net/if_inet6) (never the C(ip) command, which minimal images lack),
+    and RDMA ports from C(/sys/class/infiniband) (state, link layer, rate, GID table).
+  - Picks C(NCCL_SOCKET_IFNAME)/C(GLOO_SOCKET_IFNAME) as the interface the kernel routes every peer
+    through (longest prefix match), never C(lo), a software bridge, or a link that is down;
+    C(NCCL_IB_HCA) as the ACTIVE ports, native InfiniBand before RoCE, DOWN ports never;
+    C(NCCL_IB_GID_INDEX) for RoCE v2; C(NCCL_IB_DISABLE=1) when no usable RDMA port exists.
+  - Probes every peer with a TCP connect from the chosen interface (bounded by O(probe_timeout));
+    a refused connection counts as reachable (the peer answered), a timeout or an unreachable error
+    fails naming the pair.
+  - Every value can be overridden; RV(reasons) says why each value was chosen.
+  - Changes nothing on the node; safe in check mode (it still probes, a TCP connect is read-only).
+version_added: 1.0.0
+author: provision developers
+options:
+  peers:
+    description:
+      - The nodes, as the preflight fact C(cluster_nodes) lists them (C(name), C(address)).
+      - The entry for this node (by O(self_name) or by one of its own addresses) is skipped.
+    type: list
+    elements: dict
+    default: []
+  self_name:
+    description: This node's inventory name.
+    type: str
+  socket_ifname:
+    description: Use this C(NCCL_SOCKET_IFNAME) instead of choosing (an interface, or an NCCL pattern such as C(^docker,lo)).
+    type: str
+  gloo:
+    description: Also set C(GLOO_SOCKET_IFNAME).
+    type: bool
+    default: true
+  ib_hca:
+    description: Use this C(NCCL_IB_HCA) instead of choosing; ports that are not ACTIVE are an error.
+    type: str
+  ib_disable:
+    description: Force C(NCCL_IB_DISABLE=1) (true) or leave it to the decision (null).
+    type: bool
+  ib_gid_index:
+    description: Use this C(NCCL_IB_GID_INDEX) instead of the RoCE v2 GID found.
+    type: int
+  ib_mix_link_layers:
+    description: Name RoCE ports in C(NCCL_IB_HCA) too when InfiniBand ports are ACTIVE (after them).
+    type: bool
+    default: false
+  extra_env:
+    description: More NCCL/Gloo variables to export as they are (e.g. C(NCCL_DEBUG)).
+    type: dict
+    default: {}
+  probe:
+    description: Probe every peer from the chosen interface.
+    type: bool
+    default: true
+  probe_port:
+    description: TCP port to connect to on the peers (their sshd); closed ports still prove reachability.
+    type: int
+    default: 2222
+  probe_timeout:
+    description: Seconds to wait for each peer.
+    type: float
+    default: 3
+  fail_on_error:
+    description: Fail when a peer cannot be reached or an override is impossible; false only reports (verify).
+    type: bool
+    default: true
+  sys_root:
+    description: Where sysfs is mounted (tests use a constructed tree).
+    type: path
+    default: /sys
+  proc_root:
+    description: Where procfs is mounted.
+    type: path
+    default: /proc
+notes:
+  - Supports check mode.
+"""
+
+EXAMPLES = r"""
+- name: Choose the NCCL network
+  provision.cluster.nccl_net_facts:
+    peers: "{{ cluster_nodes }}"
+    self_name: "{{ inventory_hostname }}"
+  register: nccl
+
+- name: Force the interface, keep InfiniBand choice automatic
+  provision.cluster.nccl_net_facts:
+    peers: "{{ cluster_nodes }}"
+    self_name: "{{ inventory_hostname }}"
+    socket_ifname: ens5
+"""
+
+RETURN = r"""
+env:
+  description: The variables to export.
+  returned: always
+  type: dict
+  sample: {"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1", "NCCL_IB_DISABLE": "1"}
+socket_ifname:
+  description: The chosen interface (or pattern).
+  returned: always
+  type: str
+  sample: eth1
+reasons:
+  description: Why each value was chosen or ruled out.
+  returned: always
+  type: list
+  elements: str
+peers:
+  description: Per peer the resolved IP, the interface and route the kernel uses, and the probe result.
+  returned: always
+  type: list
+  elements: dict
+ib:
+  description: RDMA decision (C(ranked) usable ports best first, C(excluded), C(hca), C(gid_index), C(disable)).
+  returned: always
+  type: dict
+interfaces:
+  description: Interfaces read from sysfs/procfs (state, carrier, mtu, speed, addresses).
+  returned: always
+  type: dict
+rdma:
+  description: RDMA devices read from /sys/class/infiniband.
+  returned: always
+  type: dict
+checks:
+  description: Structured results for provision verify (check, status, detail, fix).
+  returned: always
+  type: list
+  elements: dict
+errors:
+  description: Problems found (the module fails with the first when O(fail_on_error)).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.netinfo import (
+    decide, decision_checks, probe, probe_checks, read_net, read_rdma)
+
+
+def resolve(peers):
+    """Cluster addresses may be names: resolve them as NCCL/Gloo will, on this node."""
+    out = []
+    for peer in peers:
+        peer = dict(peer)
+        addr = str(peer.get("address") or peer.get("name"))
+        peer["address"] = addr
+        try:
+            infos = socket.getaddrinfo(addr, None, 0, socket.SOCK_STREAM)
+            v4 = [i[4][0] for i in infos if i[0] == socket.AF_INET]
+            peer["ip"] = (v4 or [infos[0][4][0]])[0]
+        except (socket.gaierror, IndexError):
+            peer["ip"] = addr
+        out.append(peer)
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            peers=dict(type="list", elements="dict", default=[]),
+            self_name=dict(type="str"),
+            socket_ifname=dict(type="str"),
+            gloo=dict(type="bool", default=True),
+            ib_hca=dict(type="str"),
+            ib_disable=dict(type="bool"),
+            ib_gid_index=dict(type="int"),
+            ib_mix_link_layers=dict(type="bool", default=False),
+            extra_env=dict(type="dict", default={}),
+            probe=dict(type="bool", default=True),
+            probe_port=dict(type="int", default=2222),
+            probe_timeout=dict(type="float", default=3.0),
+            fail_on_error=dict(type="bool", default=True),
+            sys_root=dict(type="path", default="/sys"),
+            proc_root=dict(type="path", default="/proc"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    host = p["self_name"] or socket.gethostname()
+    net = read_net(p["sys_root"], p["proc_root"])
+    rdma = read_rdma(p["sys_root"])
+    overrides = {k: p[k] for k in ("socket_ifname", "gloo", "ib_hca", "ib_disable", "ib_gid_index",
+                                   "ib_mix_link_layers", "extra_env")}
+    decision = decide(net, rdma, resolve(p["peers"]), host, overrides)
+    checks = decision_checks(host, decision)
+    errors = list(decision["errors"])
+    if p["probe"] and decision["socket_ifname"] and not errors:
+        targets = [peer for peer in decision["peers"] if not peer.get("error")]
+        ifname = decision["socket_ifname"] if decision["socket_iface"] else None
+        with ThreadPoolExecutor(max_workers=min(32, max(1, len(targets)))) as pool:
+            results = list(pool.map(
+                lambda peer: (peer,) + probe(peer.get("source"), ifname, peer["ip"], p["probe_port"],
+                                             p["probe_timeout"]), targets))
+        for peer, ok, detail in results:
+            peer["probe"] = {"ok": ok, "detail": detail}
+        more_checks, probe_errors = probe_checks(host, decision, results)
+        checks += more_checks
+        errors += probe_errors
+    result = dict(
+        changed=False,
+        env=decision["env"],
+        socket_ifname=decision["socket_ifname"],
+        reasons=decision["reasons"],
+        peers=decision["peers"],
+        ib=decision["ib"],
+        interfaces=net["interfaces"],
+        rdma={dev: dict(info, ports={str(k): v for k, v in info["ports"].items()}) for dev, info in rdma.items()},
+        checks=checks,
+        errors=errors,
+    )
+    if errors and p["fail_on_error"]:
+        msg = errors[0] if errors[0].startswith(host) else "%s: %s" % (host, errors[0])
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: python_venv
+short_description: A Python environment with exact pins, installed offline from a wheelhouse
+description:
+  - Makes a venv at O(path) when missing (or when its interpreter no longer runs), reads the
+    installed distributions with one subprocess, and runs
+    C(pip install --no-index --find-links O(find_links)) only for the pins that are not met.
+    A re-run with everything in place runs no pip at all.
+  - With O(create=false), O(path) is an existing environment (a conda env) that only gets the pins.
+  - Owns the environment by O(owner) (recursively, only after a change or when the top directory's
+    owner is wrong).
+  - Sets C(provision_env_python_env) (VIRTUAL_ENV, PATH prepend) for the shell_env block.
+version_added: "0.1.0"
+author: provision developers
+options:
+  path:
+    description: The environment's directory.
+    type: path
+    required: true
+  requirements:
+    description: Exact pins (C(name==version)).
+    type: list
+    elements: str
+    default: []
+  find_links:
+    description: The node's wheelhouse directory (pip never reaches an index).
+    type: path
+    required: true
+  python:
+    description: The interpreter that makes the venv.
+    type: str
+    default: python3
+  create:
+    description: Make the venv when missing (false for an existing conda env).
+    type: bool
+    default: true
+  system_site_packages:
+    description: Give the venv access to the system site-packages.
+    type: bool
+    default: false
+  owner:
+    description: User that owns the environment.
+    type: str
+  group:
+    description: Group that owns the environment (default the owner's primary group).
+    type: str
+  export:
+    description: Set C(provision_env_python_env) to activate this environment.
+    type: bool
+    default: true
+  timeout:
+    description: Seconds the pip install may take.
+    type: int
+    default: 1800
+notes:
+  - Supports check mode.
+"""
+
+EXAMPLES = r"""
+- name: Torch venv from the wheelhouse
+  provision.cluster.python_venv:
+    path: /opt/provision/venv
+    requirements: [torch==2.13.0, numpy==2.3.5]
+    find_links: /var/cache/provision/wheelhouse
+    owner: root
+"""
+
+RETURN = r"""
+installed:
+  description: The pins that were installed this run.
+  returned: always
+  type: list
+created:
+  description: Whether the venv was (re)made.
+  returned: always
+  type: bool
+python:
+  description: The environment's interpreter.
+  returned: always
+  type: str
+ansible_facts:
+  description: C(provision_env_python_env) (env VIRTUAL_ENV or CONDA_PREFIX, path) when O(export).
+  returned: when export
+  type: dict
+"""
+
+import grp
+import os
+import pwd
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
+
+
+def run(module, argv, timeout, what):
+    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PYTHONNOUSERSITE="1", PIP_NO_INPUT="1")
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        module.fail_json(msg=f"{what} took more than {timeout}s", cmd=argv)
+    except OSError as exc:
+        module.fail_json(msg=f"{what}: {exc}", cmd=argv)
+    return proc
+
+
+def probe(module, python):
+    if not os.access(python, os.X_OK):
+        return None
+    proc = run(module, [python, "-I", "-c", P.DISTS_PROBE], 120, "probing the environment")
+    if proc.returncode != 0:
+        return None
+    try:
+        data = P.parse_probe(proc.stdout)
+    except ValueError:
+        return None
+    data["dists"] = {P.normalize(k): v for k, v in data["dists"].items()}
+    return data
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            requirements=dict(type="list", elements="str", default=[]),
+            find_links=dict(type="path", required=True),
+            python=dict(type="str", default="python3"),
+            create=dict(type="bool", default=True),
+            system_site_packages=dict(type="bool", default=False),
+            owner=dict(type="str"),
+            group=dict(type="str"),
+            export=dict(type="bool", default=True),
+            timeout=dict(type="int", default=1800),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    path = p["path"]
+    try:
+        for spec in p["requirements"]:
+            P.parse_pin(spec)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    env_python = os.path.join(path, "bin", "python")
+    facts = {"provision_env_python_env": P.venv_env(path)} if p["export"] and p["create"] else {}
+    if p["export"] and not p["create"]:
+        facts = {"provision_env_python_env": {"env": {"CONDA_PREFIX": path}, "path": [f"{path}/bin"],
+                                              "ld_library_path": [], "source": []}}
+    uid = gid = None
+    if p["owner"]:
+        try:
+            pw = pwd.getpwnam(p["owner"])
+        except KeyError:
+            module.fail_json(msg=f"user {p['owner']} does not exist (cluster_user): create it first")
+        uid, gid = pw.pw_uid, pw.pw_gid
+        if p["group"]:
+            gid = grp.getgrnam(p["group"]).gr_gid
+    state = probe(module, env_python)
+    created = False
+    if state is None:
+        if not p["create"]:
+            module.fail_json(msg=f"{env_python} does not run: the environment at {path} is missing or broken")
+        created = True
+        if module.check_mode:
+            module.exit_json(changed=True, created=True, installed=list(p["requirements"]), python=env_python,
+                             ansible_facts=facts)
+        base = module.get_bin_path(p["python"], required=True) if not os.path.isabs(p["python"]) else p["python"]
+        argv = P.venv_create_argv(base, path, p["system_site_packages"])
+        if os.path.exists(path):
+            argv.insert(3, "--clear")
+        proc = run(module, argv, 600, "python -m venv")
+        if proc.returncode != 0:
+            module.fail_json(msg=f"python -m venv {path} failed: {P.last_line(proc.stderr, proc.stdout)}"
+                                 " (fix: install python3-venv)", cmd=argv, stderr=proc.stderr)
+        state = probe(module, env_python) or {"dists": {}}
+    todo = P.unmet_pins(p["requirements"], state["dists"])
+    if todo and module.check_mode:
+        module.exit_json(changed=True, created=created, installed=todo, python=env_python, ansible_facts=facts)
+    if todo:
+        argv = P.pip_install_argv(env_python, todo, p["find_links"])
+        proc = run(module, argv, p["timeout"], "pip install")
+        if proc.returncode != 0:
+            module.fail_json(msg=f"pip install {' '.join(todo)} from {p['find_links']} failed: "
+                                 f"{P.last_line(proc.stderr, proc.stdout)}",
+                             cmd=argv, stdout=proc.stdout, stderr=proc.stderr)
+        after = probe(module, env_python) or {"dists": {}}
+        still = P.unmet_pins(p["requirements"], after["dists"])
+        if still:
+            module.fail_json(msg=f"after pip install, {' '.join(still)} still not met in {path}", cmd=argv)
+    changed = created or bool(todo)
+    if uid is not None:
+        st = os.lstat(path)
+        if changed or st.st_uid != uid or st.st_gid != gid:
+            if module.check_mode:
+                changed = True
+            else:
+                P.chown_tree(path, uid, gid)
+                changed = True
+    module.exit_json(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: shell_env_block
+short_description: One managed environment block in ~/.bashrc, above the non-interactive guard, and ~/.deepspeed_env
+description:
+  - Writes one block (BEGIN/END marker lines) into the user's C(~/.bashrc) holding C(source) lines,
+    C(PATH)/C(LD_LIBRARY_PATH) prepends and C(export) lines, in a deterministic order, values shell-quoted.
+  - The block is placed ABOVE the first "return unless interactive" guard (C(case $- in *i*) ;; *) return;; esac),
+    C([ -z "$PS1" ] && return), C([[ $- != *i* ]] && return), C(if [ -z "$PS1" ]; then return; fi), ...),
+    with the comment lines that introduce the guard, or at the top when there is none; a block found
+    below a guard is moved. Non-interactive shells (C(ssh node cmd), pdsh, mpirun, DeepSpeed) return
+    at that guard, so anything below it is never seen by launchers.
+  - User content outside the block is kept byte for byte. Files are replaced atomically and only when
+    their content changes; symlinked dotfiles are followed.
+  - Also keeps C(~/.deepspeed_env) (C(NAME=value) lines, which DeepSpeed's runner exports to every
+    node). It sets O(deepspeed_vars), removes the ones it wrote last time and no longer manages, and keeps the user's.
+version_added: 1.0.0
+author: provision developers
+options:
+  user:
+    description: The user whose files are managed (owner of new files; home from the password database).
+    type: str
+    default: root
+  bashrc:
+    description: The file to manage; default C(~user/.bashrc).
+    type: path
+  env:
+    description: Variables to export (name -> value).
+    type: dict
+    default: {}
+  path:
+    description: Directories to prepend to C(PATH), first listed first.
+    type: list
+    elements: path
+    default: []
+  ld_library_path:
+    description: Directories to prepend to C(LD_LIBRARY_PATH), first listed first.
+    type: list
+    elements: path
+    default: []
+  source:
+    description: Files to source (when readable), e.g. a devtoolset C(enable) script.
+    type: list
+    elements: path
+    default: []
+  deepspeed_env:
+    description: Path of the DeepSpeed environment file; default C(~user/.deepspeed_env); empty to leave it alone.
+    type: str
+  deepspeed_vars:
+    description: The variables for O(deepspeed_env) (values must not need shell quoting; others are skipped and reported).
+    type: dict
+    default: {}
+  state:
+    description: C(present) writes the block, C(absent) removes it (and the variables it wrote to O(deepspeed_env)).
+    type: str
+    choices: [present, absent]
+    default: present
+notes:
+  - Supports check mode and diff mode.
+"""
+
+EXAMPLES = r"""
+- name: Environment for non-interactive shells
+  provision.cluster.shell_env_block:
+    user: train
+    env:
+      NCCL_SOCKET_IFNAME: eth1
+    path: [/opt/venv/bin]
+    deepspeed_vars:
+      NCCL_SOCKET_IFNAME: eth1
+"""
+
+RETURN = r"""
+block:
+  description: The managed block as written.
+  returned: always
+  type: str
+bashrc:
+  description: The file managed.
+  returned: always
+  type: str
+where:
+  description: Where the block is (above the guard at line N, top, kept at line N).
+  returned: always
+  type: str
+deepspeed_env:
+  description: The DeepSpeed environment file managed (empty when not managed).
+  returned: always
+  type: str
+deepspeed_skipped:
+  description: Variables left out of ~/.deepspeed_env because their value would need quoting.
+  returned: always
+  type: list
+  elements: str
+checks:
+  description: Structured results for provision verify (check, status, detail, fix).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+import pwd
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.bashrc import (
+    deepspeed_keys_of, deepspeed_safe, place_block, remove_block, render_block, update_deepspeed_env)
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return None
+
+
+def _write(module, path, text, pw, mode):
+    """Atomic replace in the same directory; new files get the user as owner."""
+    exists = os.path.exists(path)
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(text.encode("utf-8", errors="surrogateescape"))
+    if not exists:
+        os.chmod(tmp, mode)
+        if os.geteuid() == 0:
+            os.chown(tmp, pw.pw_uid, pw.pw_gid)
+    module.atomic_move(tmp, path)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            user=dict(type="str", default="root"),
+            bashrc=dict(type="path"),
+            env=dict(type="dict", default={}),
+            path=dict(type="list", elements="path", default=[]),
+            ld_library_path=dict(type="list", elements="path", default=[]),
+            source=dict(type="list", elements="path", default=[]),
+            deepspeed_env=dict(type="str"),
+            deepspeed_vars=dict(type="dict", default={}),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        pw = pwd.getpwnam(p["user"])
+    except KeyError:
+        module.fail_json(msg="shell_env: user %s does not exist on this node; set cluster_user" % p["user"])
+    bashrc = os.path.realpath(p["bashrc"] or os.path.join(pw.pw_dir, ".bashrc"))
+    ds_path = p["deepspeed_env"]
+    if ds_path is None:
+        ds_path = os.path.join(pw.pw_dir, ".deepspeed_env")
+    ds_path = os.path.realpath(os.path.expanduser(ds_path)) if ds_path else ""
+
+    before = _read(bashrc)
+    old_text = before or ""
+    previous_ds_keys = deepspeed_keys_of(old_text)
+    ds_vars, skipped = deepspeed_safe({k: str(v) for k, v in p["deepspeed_vars"].items()})
+    if p["state"] == "present":
+        merged = {"env": {k: "" if v is None else str(v) for k, v in p["env"].items()}, "path": p["path"],
+                  "ld_library_path": p["ld_library_path"], "source": p["source"]}
+        block = render_block(merged, sorted(ds_vars) if ds_path else None)
+        after, where = place_block(old_text, block)
+    else:
+        block, where, ds_vars = "", "absent", {}
+        after = remove_block(old_text)
+
+    files = [(bashrc, before, after, 0o644)]
+    if ds_path:
+        ds_before = _read(ds_path)
+        ds_after = update_deepspeed_env(ds_before or "", ds_vars, previous_ds_keys)
+        if ds_before is None and not ds_after:
+            ds_after = None  # nothing to write, do not create an empty file
+        files.append((ds_path, ds_before, ds_after, 0o644))
+
+    changed, diff, checks = False, [], []
+    for path, old, new, mode in files:
+        same = new is None or (old is not None and old == new)
+        checks.append({
+            "check": "shell_env.%s" % os.path.basename(path).lstrip("."),
+            "status": "pass" if same else "fail",
+            "detail": "%s %s" % (path, "up to date (%s)" % where if same and path == bashrc else
+                                 "up to date" if same else "missing or outdated"),
+            "fix": "" if same else "ansible-playbook playbooks/shell_env.yml (cluster_user=%s)" % p["user"],
+        })
+        if same:
+            continue
+        changed = True
+        diff.append({"before_header": path, "after_header": path, "before": old or "", "after": new})
+        if not module.check_mode:
+            _write(module, path, new, pw, mode)
+    warnings = []
+    if skipped:
+        warnings.append("left out of %s (values need quoting, DeepSpeed exports them unquoted): %s"
+                        % (ds_path, ", ".join(skipped)))
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(changed=changed, diff=diff, block=block, bashrc=bashrc, where=where,
+                     deepspeed_env=ds_path, deepspeed_skipped=skipped, checks=checks)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: shell_env_check
+short_description: Prove that non-interactive ssh sees the managed ~/.bashrc environment block
+description:
+  - Reads the user's C(~/.bashrc), finds the block the C(shell_env) role manages and the first
+    "return unless interactive" guard (the parsing of M(provision.cluster.shell_env_block)), and
+    fails when the block is missing or sits below the guard, where C(ssh node cmd), pdsh, mpirun
+    and DeepSpeed never read it.
+  - Then, as O(user), runs C(ssh -o BatchMode=yes O(ssh_host) printenv ...) the way launchers do
+    and compares every variable the block exports (and every directory it prepends to C(PATH) or
+    C(LD_LIBRARY_PATH)) with what that non-interactive session really has.
+  - Returns what the session saw (RV(seen)), so that other checks can use the values in effect
+    (e.g. the C(NCCL_SOCKET_IFNAME) that NCCL will really get).
+  - Read-only; runs the same in check mode. Bounded by O(timeout).
+version_added: "0.1.0"
+author: provision developers
+options:
+  user:
+    description: The user whose C(~/.bashrc) is checked and who runs ssh (the cluster user).
+    type: str
+    default: root
+  bashrc:
+    description: The file to read; default C(~user/.bashrc).
+    type: path
+  ssh_host:
+    description: The name under which this node reaches itself over ssh (its C(~/.ssh/config) entry).
+    type: str
+    required: true
+  timeout:
+    description: ssh ConnectTimeout, seconds; the whole ssh call is bounded by twice that.
+    type: int
+    default: 10
+notes:
+  - Supports check mode (it changes nothing).
+"""
+
+EXAMPLES = r"""
+- name: The env block is what non-interactive ssh sees
+  provision.cluster.shell_env_check:
+    user: "{{ cluster_user }}"
+    ssh_host: "{{ inventory_hostname }}"
+  check_mode: true
+  register: env_check
+"""
+
+RETURN = r"""
+checks:
+  description: One C(env block) check in the shape of C(provision verify) (check, status, detail, fix).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"check": "env block", "status": "fail",
+            "detail": "the block is at line 120 of /root/.bashrc, below the non-interactive guard at line 7: ssh/pdsh never read it",
+            "fix": "ansible-playbook site.yml --tags shell_env (moves the block above the guard)"}]
+expected:
+  description: What the block sets, C(env) (name -> value) and C(path) (variable -> directories prepended).
+  returned: always
+  type: dict
+seen:
+  description: The same variables as the non-interactive ssh session has them (absent ones are null).
+  returned: always
+  type: dict
+  sample: {"NCCL_SOCKET_IFNAME": "eth1"}
+where:
+  description: Line of the block and of the guard (1-based, null when absent).
+  returned: always
+  type: dict
+"""
+
+import os
+import pwd
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils import bashrc as B
+from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            user=dict(type="str", default="root"),
+            bashrc=dict(type="path"),
+            ssh_host=dict(type="str", required=True),
+            timeout=dict(type="int", default=10),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        home = pwd.getpwnam(p["user"]).pw_dir
+    except KeyError:
+        module.exit_json(changed=False, expected={}, seen={}, where={}, checks=[C.result(
+            "fail", "user %s does not exist" % p["user"], "ansible-playbook site.yml --tags ssh_mesh")])
+    path = p["bashrc"] or os.path.join(home, ".bashrc")
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            text = fh.read()
+    except OSError:
+        text = None
+    layout = C.block_layout(text, B.split_block, B.find_guard)
+    expected = C.block_exports(layout["block"] or "")
+    names = C.wanted_names(expected)
+    seen = {}
+    ssh_error = None
+    if layout["block"] and not layout["below_guard"] and names:
+        ssh = module.get_bin_path("ssh")
+        if not ssh:
+            ssh_error = "ssh client not installed"
+        else:
+            argv = C.ssh_argv(ssh, p["ssh_host"], p["timeout"])
+            if p["user"] != pwd.getpwuid(os.getuid()).pw_name:
+                runuser = module.get_bin_path("runuser")
+                argv = [runuser, "-u", p["user"], "--"] + argv if runuser else None
+                if argv is None:
+                    ssh_error = "runuser not found: cannot run ssh as %s" % p["user"]
+            try:
+                if argv is None:
+                    raise FileNotFoundError
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=2 * p["timeout"] + 5,
+                                      check=False, stdin=subprocess.DEVNULL)
+                if proc.returncode == 255:
+                    ssh_error = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
+                else:
+                    seen = C.parse_env0(proc.stdout, names)
+            except FileNotFoundError:
+                pass
+            except subprocess.TimeoutExpired:
+                ssh_error = "ssh %s did not answer within %ds" % (p["ssh_host"], 2 * p["timeout"] + 5)
+    check = C.decide(path, layout, expected, seen, ssh_error, p["ssh_host"])
+    module.exit_json(changed=False, expected=expected, seen=seen,
+                     where={"block": layout["block_line"], "guard": layout["guard_line"]}, checks=[check])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: wheelhouse
+short_description: Build and keep an offline wheelhouse on the controller
+description:
+  - Runs C(pip download --only-binary=:all:) for the nodes' platform (not the controller's) for
+    every distinct set of pins, into O(path), and keeps a manifest
+    (C(.provision-wheelhouse.json)); per set of pins its wheel files, per file its size and sha256.
+  - A set of pins already in the manifest with all its files present costs no pip call; files are
+    hashed once (size and mtime unchanged means the recorded sha256 still holds).
+  - Meant for C(delegate_to=localhost) + C(run_once); the result (O(by_set)) is what the
+    C(wheelhouse_state) module compares on each node.
+version_added: "0.1.0"
+author: provision developers
+options:
+  path:
+    description: The wheelhouse directory on the controller (made if missing).
+    type: path
+    required: true
+  requirements:
+    description: One list of exact pins (C(name==version)) per distinct set the nodes need.
+    type: list
+    elements: list
+    required: true
+  platform:
+    description: pip C(--platform) of the nodes.
+    type: str
+    default: manylinux_2_28_x86_64
+  python_version:
+    description: pip C(--python-version) of the nodes' Python.
+    type: str
+    default: "3.11"
+  implementation:
+    description: pip C(--implementation).
+    type: str
+    default: cp
+  abi:
+    description: pip C(--abi); default C(cp) + the python version without the dot.
+    type: str
+  find_links:
+    description: Local directories/URLs pip looks in first (e.g. C(/opt/wheels)); missing directories are left out.
+    type: list
+    elements: str
+    default: []
+  index_url:
+    description: Index to download from (default pip's configuration).
+    type: str
+  python:
+    description: The Python whose pip downloads (default the one running this module).
+    type: path
+  timeout:
+    description: Seconds one pip download may take.
+    type: int
+    default: 1800
+notes:
+  - Supports check mode (reports what would be downloaded, downloads nothing).
+"""
+
+EXAMPLES = r"""
+- name: Wheelhouse for torch and numpy, CPython 3.11 nodes
+  provision.cluster.wheelhouse:
+    path: ~/.cache/provision/wheelhouse
+    requirements: [[torch==2.13.0, numpy==2.3.5]]
+    find_links: [/opt/wheels]
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+by_set:
+  description: For each set of pins (key = the sorted pins joined by spaces), its files with name, size, sha256.
+  returned: always
+  type: dict
+downloaded:
+  description: The sets of pins pip was run for.
+  returned: always
+  type: list
+path:
+  description: The wheelhouse directory (expanded).
+  returned: always
+  type: str
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            requirements=dict(type="list", elements="list", required=True),
+            platform=dict(type="str", default="manylinux_2_28_x86_64"),
+            python_version=dict(type="str", default="3.11"),
+            implementation=dict(type="str", default="cp"),
+            abi=dict(type="str"),
+            find_links=dict(type="list", elements="str", default=[]),
+            index_url=dict(type="str"),
+            python=dict(type="path"),
+            timeout=dict(type="int", default=1800),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    path = p["path"]
+    abi = p["abi"] or "cp" + p["python_version"].replace(".", "")
+    sets = []
+    for pins in p["requirements"]:
+        pins = [str(x) for x in pins]
+        try:
+            for spec in pins:
+                P.parse_pin(spec)
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
+        if P.requirement_key(pins) not in [P.requirement_key(s) for s in sets]:
+            sets.append(pins)
+    pkey = P.platform_key(p["platform"], p["python_version"], p["implementation"], abi)
+    manifest_path = os.path.join(path, P.MANIFEST)
+    manifest = P.load_json(manifest_path)
+    present = set(os.listdir(path)) if os.path.isdir(path) else set()
+    todo = P.manifest_sets_missing(manifest, sets, pkey, present)
+    if todo and module.check_mode:
+        module.exit_json(changed=True, downloaded=todo, by_set={}, path=path)
+    new = {"platform": pkey, "sets": dict(manifest.get("sets", {})) if manifest.get("platform") == pkey else {},
+           "files": manifest.get("files", {})}
+    if todo:
+        os.makedirs(path, exist_ok=True)
+    links = [lk for lk in p["find_links"] if "://" in lk or os.path.isdir(lk)]
+    for pins in todo:
+        argv = P.pip_download_argv(p["python"] or sys.executable, path, pins, platform=p["platform"],
+                                   python_version=p["python_version"], implementation=p["implementation"],
+                                   abi=abi, find_links=links, index_url=p["index_url"])
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["timeout"], check=False)
+        except subprocess.TimeoutExpired:
+            module.fail_json(msg=f"pip download {' '.join(pins)} took more than {p['timeout']}s", cmd=argv)
+        if proc.returncode != 0:
+            module.fail_json(msg=f"pip download {' '.join(pins)} failed: {P.last_line(proc.stderr, proc.stdout)} (fix: the pins, "
+                                 "python_env_wheelhouse_find_links or python_env_index_url)",
+                             cmd=argv, stdout=proc.stdout, stderr=proc.stderr)
+        files = P.downloaded_files(proc.stdout)
+        if not files:
+            module.fail_json(msg=f"pip download {' '.join(pins)} reported no wheel", cmd=argv, stdout=proc.stdout)
+        new["sets"][P.requirement_key(pins)] = files
+    needed = sorted({f for s in sets for f in new["sets"].get(P.requirement_key(s), [])})
+    new["files"] = P.file_records(path, needed, new["files"]) if needed else {}
+    # keep records of other sets' files (other clusters may share the wheelhouse)
+    for name, rec in manifest.get("files", {}).items():
+        if name not in new["files"] and name in present:
+            new["files"][name] = rec
+    if new != manifest and not module.check_mode:
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest.")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(new, fh, indent=1, sort_keys=True)
+        module.atomic_move(tmp, manifest_path)
+    by_set = {P.requirement_key(s): [dict(name=f, size=new["files"][f]["size"], sha256=new["files"][f]["sha256"])
+                                     for f in new["sets"][P.requirement_key(s)]] for s in sets}
+    module.exit_json(changed=bool(todo), downloaded=todo, by_set=by_set, path=path)
+
+
+if __name__ == "__main__":
+    main()

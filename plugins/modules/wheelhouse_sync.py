@@ -1,0 +1,136 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: wheelhouse_sync
+short_description: Copy to a node only the wheels its wheelhouse lacks (by size and sha256)
+description:
+  - One task. Compares the wheel files the controller's manifest lists (the C(wheelhouse)
+    module's C(by_set)) with the node's copy in O(path) in one pass; the action plugin then
+    transfers only the missing or different files from O(src) on the controller to a private
+    staging directory, and the module checks each one's sha256 and moves it into place
+    atomically. A node that has everything gets no transfer. Makes O(path) when it is missing.
+  - Works over any connection (ssh, podman, local); needs no rsync on either side.
+  - Each node-side file is hashed once; the node keeps its own record
+    (C(.provision-wheelhouse-node.json)) of size, mtime and sha256, so a re-run reads no wheel.
+  - A cache file is not a change; C(changed) is true when files were copied or the directory made.
+version_added: "0.1.0"
+author: provision developers
+options:
+  src:
+    description: The wheelhouse directory on the controller (the C(wheelhouse) module's C(path)).
+    type: path
+    required: true
+  staged:
+    description: Internal (set by the action plugin) the node directory holding the transferred files.
+    type: path
+  path:
+    description: The wheelhouse directory on the node.
+    type: path
+    required: true
+  files:
+    description: Expected files, each a dict with C(name), C(size), C(sha256).
+    type: list
+    elements: dict
+    required: true
+notes:
+  - Supports check mode.
+"""
+
+EXAMPLES = r"""
+- name: Give the node the wheels it lacks
+  provision.cluster.wheelhouse_sync:
+    src: "{{ __wheelhouse.path }}"
+    path: /var/cache/provision/wheelhouse
+    files: "{{ __wheelhouse.by_set['numpy==2.3.5 torch==2.13.0'] }}"
+"""
+
+RETURN = r"""
+copied:
+  description: File names transferred this run.
+  returned: when files were copied
+  type: list
+  elements: str
+missing:
+  description: File names still to copy (after a copy, empty).
+  returned: always
+  type: list
+  elements: str
+present:
+  description: File names already right on the node.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
+
+NODE_MANIFEST = ".provision-wheelhouse-node.json"
+
+
+def adopt(module, path, staged, want):
+    """Move the transferred files into place, each only after its sha256 matches the manifest.
+    Returns their node records (so they are not hashed again)."""
+    done = {}
+    for name in sorted(os.listdir(staged)):
+        if name not in want:
+            continue
+        tmp = os.path.join(staged, name)
+        digest = P.sha256_file(tmp)
+        if digest != want[name]["sha256"]:
+            module.fail_json(msg=f"{name}: sha256 {digest} after transfer != manifest {want[name]['sha256']}")
+        os.chmod(tmp, 0o644)
+        dest = os.path.join(path, name)
+        module.atomic_move(tmp, dest)
+        st = os.stat(dest)
+        done[name] = {"size": st.st_size, "mtime": int(st.st_mtime), "sha256": digest}
+    return done
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(path=dict(type="path", required=True),
+                           files=dict(type="list", elements="dict", required=True),
+                           src=dict(type="path"),
+                           staged=dict(type="path")),
+        supports_check_mode=True,
+    )
+    path, expected = module.params["path"], module.params["files"]
+    changed = False
+    if not os.path.isdir(path):
+        changed = True
+        if not module.check_mode:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+        module.exit_json(changed=changed, missing=[f["name"] for f in expected], present=[])
+    cache_path = os.path.join(path, NODE_MANIFEST)
+    original = P.load_json(cache_path)
+    cache = dict(original)
+    want = {f["name"]: f for f in expected}
+    if module.params["staged"]:
+        cache.update(adopt(module, path, module.params["staged"], want))
+    # hash only files whose size already matches (a short or absent file is missing anyway)
+    candidates = [n for n in want if os.path.isfile(os.path.join(path, n))
+                  and os.path.getsize(os.path.join(path, n)) == want[n]["size"]]
+    records = P.file_records(path, candidates, cache)
+    missing = P.wheelhouse_diff(expected, records)
+    merged = dict(cache)
+    merged.update(records)
+    if merged != original and not module.check_mode:
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".node-manifest.")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(merged, fh, indent=1, sort_keys=True)
+        module.atomic_move(tmp, cache_path)
+    # in compare mode, files to copy are the change to come (check mode reports it)
+    module.exit_json(changed=changed or bool(missing), missing=missing, present=sorted(set(want) - set(missing)))
+
+
+if __name__ == "__main__":
+    main()

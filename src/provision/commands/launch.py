@@ -1,0 +1,280 @@
+"""`provision launch`: start a training job on every node with the launchers role's files.
+
+Thin over Ansible (playbooks/launch.yml + module provision.cluster.launch_job); no SSH of its own:
+
+1. `ansible-inventory` checks the inventory (exit 2 with one line when it is unusable);
+2. one `start` play starts the node's part of the job on all nodes at once (forks), detached,
+   its output going to ~cluster_user/.provision/launch/runs/RUN_ID/out.log;
+3. `poll` plays (each waits at most --poll-wait seconds on every node) bring back the new output,
+   printed with a `[node]` prefix, until every node ended;
+4. when a node fails (or --timeout passes, or Ctrl-C) a `stop` play ends the others.
+
+Exit status: 0 the job succeeded everywhere, 1 it failed (or timed out), 2 usage/inventory error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import click
+
+from provision.paths import ansible_env, content_root
+from provision.terminal import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+# launcher -> (script rendered by the launchers role, where it runs)
+LAUNCHERS = {
+    "torchrun": ("torchrun-c10d.sh", "all"),
+    "torchrun-static": ("torchrun-static.sh", "all"),
+    "accelerate": ("accelerate.sh", "all"),
+    "deepspeed": ("deepspeed.sh", "master"),
+    "mpirun": ("mpirun.sh", "master"),
+    "horovodrun": ("horovodrun.sh", "master"),
+    "colossalai": ("colossalai.sh", "master"),
+}
+
+
+class LaunchFailure(Exception):
+    """Ansible could not do a step (message: one line)."""
+
+
+def _tool(name: str) -> str:
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    return here if os.path.exists(here) else name
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("Traceback", "  "))]
+    errors = [ln for ln in lines if "ERROR" in ln or "rror" in ln]
+    line = (errors or lines or ["(no output)"])[-1]
+    return re.sub(r"^\[(WARNING|ERROR)\]:\s*", "", line)
+
+
+_PLUGIN_ERROR = re.compile(r"Failed to parse inventory with '[^']*' plugin: (.+)")
+
+
+def _inventory_error(stderr: str) -> str:
+    """The inventory plugin's own message (ansible-inventory -v prints it in a warning)."""
+    found = [m.group(1).strip() for m in _PLUGIN_ERROR.finditer(stderr)
+             if "not YAML inventory" not in m.group(1) and "Invalid host pattern" not in m.group(1)]
+    return found[0] if found else _last_line(stderr)
+
+
+def read_inventory(inventory: str | None, group: str, env: dict[str, str]) -> list[str]:
+    """Hosts of GROUP in order; LaunchFailure with one line when the inventory is unusable."""
+    argv = [_tool("ansible-inventory"), "--list", "-v"] + (["-i", inventory] if inventory else [])
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False,
+                              cwd=str(content_root()))
+    except subprocess.TimeoutExpired:
+        raise LaunchFailure("inventory: ansible-inventory took more than 120 s") from None
+    if proc.returncode != 0 or "Unable to parse" in proc.stderr or "No inventory was parsed" in proc.stderr:
+        raise LaunchFailure("inventory %s: %s" % (inventory or "(ansible.cfg)", _inventory_error(proc.stderr)))
+    try:
+        out = proc.stdout
+        data = json.loads(out[out.find("{"):] if "{" in out else "{}")  # -v adds a "Using ... config" line
+    except ValueError:
+        raise LaunchFailure("inventory %s: ansible-inventory printed no JSON" % inventory) from None
+    hosts = data.get(group, {}).get("hosts", [])
+    if not hosts:
+        raise LaunchFailure("inventory %s: group %r has no host (set cluster_group or fix the inventory)"
+                            % (inventory or "(ansible.cfg)", group))
+    return hosts
+
+
+@dataclass
+class Play:
+    """Runs playbooks/launch.yml with the JSON callback and returns each host's task result."""
+
+    inventory: str | None
+    group: str
+    run_id: str
+    env: dict[str, str]
+    extra: dict = field(default_factory=dict)
+
+    def run(self, action: str, timeout: float, **variables) -> dict[str, dict]:
+        evars = {"launch_action": action, "launch_run_id": self.run_id, "cluster_group": self.group,
+                 **self.extra, **variables}
+        argv = [_tool("ansible-playbook"), str(content_root() / "playbooks" / "launch.yml"),
+                "-e", json.dumps(evars)] + (["-i", self.inventory] if self.inventory else [])
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout,
+                                  check=False, cwd=str(content_root()))
+        except subprocess.TimeoutExpired:
+            raise LaunchFailure("%s: ansible-playbook did not finish in %d s" % (action, timeout)) from None
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError:
+            raise LaunchFailure("%s: %s" % (action, _last_line(proc.stderr + proc.stdout))) from None
+        results: dict[str, dict] = {}
+        for play in data.get("plays", []):
+            for task in play.get("tasks", []):
+                for host, res in task.get("hosts", {}).items():
+                    if not res.get("skipped"):
+                        results[host] = res
+        return results
+
+
+def _problem(res: dict) -> str | None:
+    if res.get("unreachable"):
+        return "unreachable: %s" % str(res.get("msg", "")).strip().splitlines()[0:1]
+    if res.get("failed"):
+        return str(res.get("msg", "failed")).strip().splitlines()[0]
+    return None
+
+
+class Printer:
+    """Prints whole lines with a `[node]` prefix; keeps partial lines until they end."""
+
+    def __init__(self, hosts: list[str]):
+        self.width = max(len(h) for h in hosts)
+        self.partial: dict[str, str] = {}
+
+    def feed(self, host: str, text: str, final: bool = False) -> None:
+        buf = self.partial.get(host, "") + text
+        lines = buf.split("\n")
+        self.partial[host] = "" if final else lines.pop()
+        for line in lines if not final else [ln for ln in lines if ln] or []:
+            click.echo("[%s] %s" % (host.ljust(self.width), line.rstrip("\r")))
+        sys.stdout.flush()
+
+
+@click.command("launch", context_settings={"ignore_unknown_options": True})
+@click.option("-i", "--inventory", default=None, help="Inventory (as for ansible-playbook); default: ansible.cfg's.")
+@click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun", show_default=True,
+              help="torchrun = c10d rendezvous on every node; deepspeed/mpirun/horovodrun/colossalai start on "
+                   "the master and reach the others themselves.")
+@click.option("--group", default="cluster", show_default=True, help="Inventory group of the nodes (cluster_group).")
+@click.option("--timeout", type=float, default=3600, show_default=True,
+              help="Seconds the whole job may take; then every node is stopped and the exit status is 1.")
+@click.option("--poll-wait", type=float, default=2.0, show_default=True,
+              help="Seconds each poll waits on the nodes for new output.")
+@click.option("--chdir", default=None, help="Working directory of the job on the nodes.")
+@click.option("-e", "--extra-vars", "extra_vars", multiple=True,
+              help="KEY=VALUE passed to Ansible (e.g. launchers_dir=/data/launch).")
+@click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
+def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, program):
+    """Start PROGRAM (script.py args...) on all nodes with the rendered launcher; stream the output.
+
+    \b
+    provision launch -i inventory/lab/ -- train.py --epochs 1
+    provision launch -i hosts.nodelist.yml --launcher deepspeed -- train.py --deepspeed ds.json
+
+    Needs the launchers stage first (ansible-playbook site.yml --tags launchers). Exit status:
+    0 success on every node, 1 the job failed or timed out, 2 usage or inventory error.
+    """
+    if timeout <= 0 or poll_wait < 0:
+        _usage("--timeout must be > 0 and --poll-wait >= 0")
+    extra = {}
+    for item in extra_vars:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _usage("-e wants KEY=VALUE, got %r" % item)
+        extra[key] = value
+    script, where = LAUNCHERS[launcher]
+    env = ansible_env({"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
+                       "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+                       "ANSIBLE_NOCOLOR": "1"})
+    try:
+        hosts = read_inventory(inventory, group, env)
+    except LaunchFailure as exc:
+        _usage(str(exc))
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    play = Play(inventory, group, run_id, env, extra={"launch_on": where, **extra})
+    sys.exit(_drive(play, hosts, script, list(program), chdir, timeout, poll_wait))
+
+
+def _usage(message: str) -> None:
+    click.echo("provision launch: %s" % message, err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir: str | None,
+           timeout: float, poll_wait: float) -> int:
+    deadline = time.monotonic() + timeout
+    step = 120.0 + poll_wait  # bound of one Ansible round trip
+    printer = Printer(hosts)
+    started: list[str] = []
+    try:
+        args = {"launch_script": script, "launch_args": program}
+        if chdir:
+            args["launch_chdir"] = chdir
+        click.echo("provision launch: run %s (%s)" % (play.run_id, "master only" if play.extra.get("launch_on") ==
+                                                       "master" else ", ".join(hosts)), err=True)
+        results = play.run("start", step, **args)
+        # where it started: every node, or only the master (cluster_master) for launchers that
+        # reach the others themselves; the play decides, we follow its results
+        started = [h for h in hosts if h in results and not _problem(results[h])]
+        failed = {h: _problem(results[h]) for h in hosts if h in results and h not in started}
+        if not results:
+            failed = {h: "not started" for h in hosts}
+        if failed:
+            for host, why in failed.items():
+                click.echo("provision launch: %s: %s" % (host, why), err=True)
+            _stop(play, started, step)
+            return EXIT_FAILED
+        offsets = {h: 0 for h in started}
+        running = set(started)
+        codes: dict[str, int] = {}
+        while running:
+            if time.monotonic() > deadline:
+                click.echo("provision launch: timed out after %d s; stopping %s"
+                           % (timeout, ", ".join(sorted(running))), err=True)
+                _stop(play, sorted(running), step)
+                return EXIT_FAILED
+            wait = max(0.0, min(poll_wait, deadline - time.monotonic()))
+            results = play.run("poll", step + wait, launch_offsets=offsets, launch_wait=wait,
+                               launch_poll_hosts=sorted(running))
+            for host in sorted(running):
+                res = results.get(host)
+                why = _problem(res) if res else "no answer to the poll"
+                if why:
+                    click.echo("provision launch: %s: %s" % (host, why), err=True)
+                    codes[host] = -1
+                    running.discard(host)
+                    continue
+                printer.feed(host, res.get("output", ""))
+                offsets[host] = int(res.get("offset", offsets[host]))
+                if not res.get("running"):
+                    printer.feed(host, "", final=True)
+                    codes[host] = int(res["exit_status"])
+                    running.discard(host)
+            bad = {h: c for h, c in codes.items() if c != 0}
+            if bad and running:
+                click.echo("provision launch: %s failed (exit %s); stopping %s"
+                           % (", ".join(bad), ", ".join(str(c) for c in bad.values()),
+                              ", ".join(sorted(running))), err=True)
+                _stop(play, sorted(running), step)
+                for host in sorted(running):
+                    click.echo("provision launch: %s: stopped" % host, err=True)
+                return EXIT_FAILED
+        bad = {h: c for h, c in codes.items() if c != 0}
+        if bad:
+            click.echo("provision launch: failed on %s" % ", ".join("%s (exit %d)" % kv for kv in bad.items()),
+                       err=True)
+            return EXIT_FAILED
+        click.echo("provision launch: run %s succeeded on %d node(s)" % (play.run_id, len(started)), err=True)
+        return EXIT_OK
+    except LaunchFailure as exc:
+        click.echo("provision launch: %s" % exc, err=True)
+        _stop(play, started, step)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        click.echo("provision launch: interrupted; stopping %s" % ", ".join(started), err=True)
+        _stop(play, started, step)
+        return EXIT_FAILED
+
+
+def _stop(play: Play, hosts: list[str], step: float) -> None:
+    if not hosts:
+        return
+    try:
+        play.run("stop", step, launch_poll_hosts=hosts)
+    except LaunchFailure as exc:
+        click.echo("provision launch: could not stop %s: %s" % (", ".join(hosts), exc), err=True)

@@ -1,0 +1,172 @@
+"""`provision verify`: check a cluster read-only and explain every failure with its fix."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from provision import verify as core
+from provision.terminal import EXIT_FAILED, EXIT_USAGE, Terminal, make_table
+
+MARK = {"pass": "[green]✓[/green]", "fail": "[red]✗[/red]", "warn": "[yellow]![/yellow]",
+        "skip": "[dim]-[/dim]"}
+
+
+class Progress:
+    """One status line on stderr while ansible-playbook runs (a spinner on a terminal)."""
+
+    def __init__(self, term: Terminal) -> None:
+        self.term = term
+        self.done = 0
+        self.failed: list[str] = []
+        self.status = None
+
+    def __enter__(self) -> "Progress":
+        self.status = self.term.status("verify: starting ansible-playbook")
+        self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.status is not None:
+            self.status.__exit__(*exc)
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event.get("event") != "result" or self.status is None:
+            return
+        self.done += 1
+        state = event.get("status")
+        if state == "unreachable":
+            self.failed.append(event.get("host", "?"))
+        self.status.update(f"verify: {event.get('host')}: {event.get('task')} ({state}); "
+                           f"{self.done} results so far")
+
+
+SEVERITY = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
+_SEPARATORS = " .->:/"
+
+
+def row_key(check: str, nodes: list[str]) -> str:
+    """One table row for the per-peer checks: 'ssh node1->node2' -> 'ssh *', 'nccl_net.reach.node2' -> 'nccl_net.reach *'."""
+    key = check
+    stripped = True
+    while stripped:
+        stripped = False
+        for node in sorted(nodes, key=len, reverse=True):
+            if key.endswith(node) and key != node:
+                key = key[: -len(node)].rstrip(_SEPARATORS)
+                stripped = True
+    return f"{key} *" if key != check and key else check
+
+
+def render(term: Terminal, doc: dict[str, Any]) -> None:
+    nodes = [n["name"] for n in doc["nodes"]]
+    rows: dict[str, dict[str, str]] = {}
+    for c in doc["checks"]:
+        cells = rows.setdefault(row_key(c["check"], nodes), {})
+        old = cells.get(c["node"])
+        if old is None or SEVERITY[c["status"]] > SEVERITY[old]:
+            cells[c["node"]] = c["status"]
+    table = make_table("checks (* = one cell per peer, the worst shown)", ["check"] + nodes)
+    for name, cells in rows.items():
+        table.add_row(name, *[MARK[cells[n]] if n in cells else "" for n in nodes])
+    term.table(table)
+
+    mesh = doc["mesh"]
+    if mesh["ran"]:
+        cols = sorted({d for row in mesh["matrix"].values() for d in row}, key=_order(nodes))
+        table = make_table("ssh mesh (row: from, column: to)", ["from \\ to"] + cols)
+        for src in mesh["nodes"]:
+            row = mesh["matrix"][src]
+            table.add_row(src, *[("[green]✓[/green]" if row[d]["ok"] else "[red]✗[/red]")
+                                 if d in row else "" for d in cols])
+        term.table(table)
+
+    versions = doc["versions"]
+    if versions["ran"]:
+        vnodes = list(versions["nodes"])
+        table = make_table("versions (differing values in red)", ["" ] + vnodes)
+        for fld in versions["fields"]:
+            differs = fld in versions["differing"]
+            vals = [versions["nodes"][n].get(fld, "") or "-" for n in vnodes]
+            table.add_row(f"[red]{fld}[/red]" if differs else fld,
+                          *[f"[red]{v}[/red]" if differs else v for v in vals])
+        term.table(table)
+
+    smoke = doc["allreduce"]
+    if smoke.get("ran"):
+        _render_smoke(term, smoke)
+
+    failures = [c for c in doc["checks"] if c["status"] in ("fail", "warn")]
+    for c in failures:
+        colour = "red" if c["status"] == "fail" else "yellow"
+        term.out.print(f"[{colour}]{c['status'].upper()}[/{colour}] {c['node']}: {c['check']}")
+        term.out.print(f"    cause: {c['detail']}", markup=False)
+        if c["fix"]:
+            term.out.print(f"    fix:   {c['fix']}", markup=False)
+    s = doc["summary"]
+    line = (f"{len(nodes)} node(s), {s['pass']} passed, {s['fail']} failed, {s['warn']} warnings, "
+            f"{s['skip']} skipped in {doc['duration_s']} s")
+    if doc["ok"]:
+        term.success(f"verify: OK: {line}")
+    else:
+        term.out.print(f"[red]verify: FAILED[/red]: {line}")
+
+
+def _order(nodes: list[str]):
+    return lambda n: (nodes.index(n) if n in nodes else len(nodes), n)
+
+
+def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
+    """The all-reduce figures as nccl-tests prints them (size, time, algbw, busbw)."""
+    head = ", ".join(f"{k}: {smoke[k]}" for k in ("backend", "world_size", "nodes", "master", "correct",
+                                                    "busbw_gbps", "tcp_gbps", "ratio")
+                     if smoke.get(k) is not None)
+    table = make_table(f"all-reduce ({head})", ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)"])
+    for r in smoke.get("rows") or []:
+        table.add_row(str(r.get("bytes")), str(r.get("time_us")), str(r.get("algbw")), str(r.get("busbw")))
+    term.table(table)
+
+
+@click.command("verify")
+@click.option("-i", "--inventory", envvar="PROVISION_INVENTORY", metavar="PATH",
+              help="Ansible inventory (file, directory or host list), e.g. inventory/lab/.")
+@click.option("--check", "checks", multiple=True, metavar="NAME",
+              help=f"Run only this check (repeatable): {', '.join(core.CHECKS)}.")
+@click.option("-l", "--limit", metavar="PATTERN", help="Only these hosts, as ansible-playbook --limit.")
+@click.option("--smoke", is_flag=True, help="Also run the all-reduce smoke test across the nodes.")
+@click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
+              help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_min_version=11.")
+@click.option("--timeout", default=300, show_default=True, type=float, help="Give up after this many seconds.")
+@click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (README: provision verify --json).")
+@click.option("--list-checks", is_flag=True, help="List the check names and exit.")
+def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool,
+            extra_vars: tuple[str, ...], timeout: float, json_mode: bool, list_checks: bool) -> None:
+    """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
+
+    \b
+    provision verify -i inventory/lab/
+    provision verify -i inventory/lab/ --check mesh --check env --limit node1,node2
+    provision verify -i hosts.ini --smoke --json > verify.json
+    """
+    term = Terminal(json_mode=json_mode)
+    if list_checks:
+        for name, desc in core.CHECKS.items():
+            term.info(f"{name:10} {desc}")
+        return
+    try:
+        with Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
+            doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
+                              extra_vars=list(extra_vars), timeout=timeout, on_event=progress)
+    except core.VerifyError as exc:
+        term.error(str(exc))
+        sys.exit(EXIT_USAGE)
+    except TimeoutError as exc:
+        term.error(str(exc))
+        sys.exit(EXIT_FAILED)
+    if json_mode:
+        term.emit_json(doc)
+    else:
+        render(term, doc)
+    sys.exit(core.exit_code(doc))

@@ -1,0 +1,156 @@
+"""The allreduce_smoke stage on a real 2-node podman lab: a correct, timed all-reduce, and the
+failures it must name within 60 s without leaving a worker behind on any node.
+
+torch 2.13.0 (CPU) goes into /opt/provision/venv on the nodes (the python_env role's default
+python_env_path) from a controller wheelhouse, as python_env does, until that role is on main.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from helpers import node_exec, run_playbook, tool
+
+pytestmark = pytest.mark.lab
+
+PLAYBOOK = "playbooks/allreduce_smoke.yml"
+VENV = "/opt/provision/venv"
+WHEELHOUSE = Path("~/.cache/provision/wheelhouse").expanduser()
+TORCH = "torch==2.13.0"
+# small and quick: the lab shares 2 cores with everything else
+QUICK = {"allreduce_smoke_sizes": ["64K", "4M"], "allreduce_smoke_iters": 5,
+         "allreduce_smoke_tcp_probe_seconds": 0.5}
+
+
+def _wheelhouse() -> Path:
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    if not list(WHEELHOUSE.glob("torch-2.13.0*.whl")) or not list(WHEELHOUSE.glob("typing_extensions-*.whl")):
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+                        "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
+                        "--implementation", "cp", "--abi", "cp311", "--find-links", "/opt/wheels",
+                        "-d", str(WHEELHOUSE), TORCH], check=True, timeout=900)
+    return WHEELHOUSE
+
+
+def _install_torch(lab_name: str, node: int, wheelhouse: Path) -> None:
+    probe = node_exec(lab_name, node, f"{VENV}/bin/python -c 'import torch' 2>/dev/null", check=False)
+    if probe.returncode == 0:
+        return
+    node_exec(lab_name, node, "mkdir -p /tmp/wheels")
+    for whl in sorted(wheelhouse.glob("*.whl")):
+        subprocess.run(["podman", "cp", str(whl), f"{lab_name}-node{node}:/tmp/wheels/"], check=True, timeout=300)
+    node_exec(lab_name, node, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-index "
+              f"--find-links /tmp/wheels '{TORCH}' && rm -rf /tmp/wheels", timeout=900)
+
+
+@pytest.fixture(scope="module")
+def lab(lab_factory):
+    name = f"smk{uuid.uuid4().hex[:4]}"
+    made = lab_factory(name, 2)
+    wheelhouse = _wheelhouse()
+    with ThreadPoolExecutor(2) as pool:   # both nodes at once: ~1 GB of venv each
+        list(pool.map(lambda node: _install_torch(name, node, wheelhouse), (1, 2)))
+    status = json.loads(subprocess.run([tool("provision"), "lab", "status", "--name", name, "--json"],
+                                       capture_output=True, text=True, check=True).stdout)
+    made.nodes_info = {n["name"]: n for n in status["nodes"]}
+    return made
+
+
+def smoke(lab, **extra_vars):
+    start = time.monotonic()
+    res = run_playbook(PLAYBOOK, lab_name=lab.name, extra_vars={**QUICK, **extra_vars},
+                       timeout=600)
+    res.wall = time.monotonic() - start
+    return res
+
+
+def workers_left(lab) -> list[str]:
+    left = []
+    for node in (1, 2):
+        ps = node_exec(lab.name, node, "ps -eo pid,pgid,args", check=False).stdout
+        left += [f"node{node}: {ln.strip()}" for ln in ps.splitlines() if "allreduce_worker" in ln]
+    return left
+
+
+def result_file(lab) -> dict:
+    return json.loads(node_exec(lab.name, 1, "cat /tmp/provision-allreduce/result.json").stdout)
+
+
+def test_gloo_static_all_reduce_is_correct_timed_and_clean(lab):
+    res = smoke(lab)
+    assert res.rc == 0, res
+    assert "sum correct" in res.stdout, res
+    assert "busbw/TCP ratio:" in res.stdout and "TCP one-way node1 -> node2" in res.stdout, res
+    assert res.changed == 0, res
+    data = result_file(lab)
+    assert data["correct"] and data["world_size"] == 2 and data["backend"] == "gloo"
+    assert [row["bytes"] for row in data["rows"]] == [64 << 10, 4 << 20]
+    assert all(row["busbw"] == row["algbw"] > 0 for row in data["rows"])   # n=2: busbw == algbw
+    assert data["tcp_gbps"] > 0 and data["ratio"] > 0
+    # the workers used the cluster interface (eth1), two gloo devices on it
+    assert data["interfaces"] == {"node1": "eth1,eth1", "node2": "eth1,eth1"}
+    assert workers_left(lab) == []
+
+
+def test_c10d_rendezvous_and_busbw_threshold(lab):
+    res = smoke(lab, allreduce_smoke_rendezvous="c10d", allreduce_smoke_min_busbw=1000)
+    assert res.rc != 0, res
+    assert "sum correct" in res.stdout, res   # c10d worked: the all-reduce ran and was right
+    assert "is below allreduce_smoke_min_busbw 1000" in res.stdout, res
+    assert workers_left(lab) == []
+
+
+def test_master_port_held_fails_fast_naming_the_holder(lab):
+    marker = "held-by-smoke-test"
+    subprocess.run(["podman", "exec", "-d", f"{lab.name}-node1", "python3", "-c",
+                    "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29500)); s.listen(); time.sleep(300)",
+                    marker], check=True, timeout=60)
+    holder = ""
+    for _ in range(50):
+        ps = node_exec(lab.name, 1, "ps -eo pid,args").stdout
+        holder = next((ln.split()[0] for ln in ps.splitlines() if marker in ln), "")
+        if holder:
+            break
+        time.sleep(0.2)
+    assert holder, "the listener did not start"
+    try:
+        time.sleep(1)
+        res = smoke(lab)
+        assert res.rc != 0, res
+        assert f"master port 29500 is held by pid {holder} (python3)" in res.output, res
+        assert res.wall < 60, res.wall
+        assert "Start the workers" not in res.stdout   # failed before any worker started
+        assert workers_left(lab) == []
+    finally:
+        node_exec(lab.name, 1, f"kill {holder}", check=False)
+
+
+def test_unreachable_master_is_named_within_60s_and_nothing_is_left(lab):
+    side = lab.nodes_info["node1"]["side_address"]   # node1's eth0: node2 has no route to it
+    res = smoke(lab, cluster_master_addr=side, allreduce_smoke_rendezvous_timeout=20)
+    assert res.rc != 0, res
+    assert f"node2: cannot reach the master {side}:29500: no route" in res.output, res
+    assert [f["check"] for f in result_file(lab)["failures"]] == ["peer_unreachable"]
+    for node in (1, 2):
+        status = json.loads(node_exec(lab.name, node, "cat /tmp/provision-allreduce/run/status.json").stdout)
+        assert status["elapsed"] <= 60, (node, status)       # time to diagnosis on the node
+    assert workers_left(lab) == []
+
+
+def test_outer_timeout_kills_every_worker(lab):
+    side = lab.nodes_info["node1"]["side_address"]
+    # rendezvous would wait 300 s: the outer timeout (20 s) must end it and kill the group
+    res = smoke(lab, cluster_master_addr=side, allreduce_smoke_rendezvous_timeout=300, allreduce_smoke_timeout=20)
+    assert res.rc != 0, res
+    assert "no result within the outer timeout of 20" in res.output or "cannot reach the master" in res.output, res
+    assert res.wall < 200, res.wall
+    assert workers_left(lab) == []
+    assert node_exec(lab.name, 1, "cat /tmp/provision-allreduce/run/status.json").stdout.count('"timeout"') >= 1

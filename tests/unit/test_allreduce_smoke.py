@@ -1,0 +1,257 @@
+"""Unit tests of the all-reduce smoke logic on real captured outputs.
+
+Fixtures: ../shared/fixtures/h100-node (NCCL logs from an H100 VM, see its README and
+failures/README.md) and tests/fixtures/allreduce_smoke (gloo logs captured from the lab, see
+the README there).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import helpers  # noqa: F401  (puts collections/ on sys.path)
+from ansible_collections.provision.cluster.plugins.module_utils import allreduce_smoke as ar
+from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker as worker
+from ansible_collections.provision.cluster.plugins.modules import allreduce_smoke as mod
+
+H100 = helpers.FIXTURES / "h100-node"
+FAIL = H100 / "failures"
+OURS = Path(__file__).resolve().parent.parent / "fixtures" / "allreduce_smoke"
+
+
+def text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+# --------------------------------------------------------------------------- sizes and math
+@pytest.mark.parametrize("value,expected", [("64M", 64 << 20), ("64MiB", 64 << 20), ("4k", 4096),
+                                            (4096, 4096), ("1G", 1 << 30), ("512", 512)])
+def test_parse_size(value, expected):
+    assert ar.parse_size(value) == expected
+
+
+def test_parse_size_rejects_garbage():
+    with pytest.raises(ValueError, match="not a size"):
+        ar.parse_size("64 parsecs")
+
+
+def test_bandwidth_matches_nccl_tests_definition():
+    # PERFORMANCE.md: busbw = algbw * 2(n-1)/n; for 8 ranks the factor is 1.75
+    algbw, busbw = ar.bandwidth(1 << 30, 0.5, 8)
+    assert algbw == pytest.approx((1 << 30) / 0.5 / 1e9)
+    assert busbw == pytest.approx(algbw * 1.75)
+    assert ar.bandwidth(100, 1.0, 2)[1] == ar.bandwidth(100, 1.0, 2)[0]   # n=2: busbw == algbw
+    assert ar.bandwidth(100, 1.0, 1)[1] == 0.0                            # one rank moves nothing
+    assert ar.bandwidth(100, 0.0, 2) == (0.0, 0.0)
+
+
+def test_bandwidth_reproduces_the_h100_gloo_line():
+    # gloo-2rank-allreduce.log: size=268435456 B time=116.093 ms algbw=2.31 GB/s busbw=2.31 GB/s
+    line = [ln for ln in text(H100 / "gloo-2rank-allreduce.log").splitlines() if ln.startswith("rank 0: size=")][0]
+    nbytes = int(line.split("size=")[1].split()[0])
+    ms = float(line.split("time=")[1].split()[0])
+    algbw, busbw = ar.bandwidth(nbytes, ms / 1e3, 2)
+    assert f"{algbw:.2f}" == line.split("algbw=")[1].split()[0]
+    assert f"{busbw:.2f}" == line.split("busbw=")[1].split()[0]
+
+
+def test_expected_value_is_exact_sum_of_rank_values():
+    for world in (1, 2, 3, 8):
+        for mod in range(3):
+            assert worker.expected_value(mod, world) == sum((r + 1) * (mod + 1) for r in range(world))
+
+
+# --------------------------------------------------------------------------- NCCL log parser
+def test_parse_nccl_socket_log():
+    info = ar.parse_nccl_log(text(H100 / "nccl-debug-info-1rank-socket.log"))
+    assert info["version"] == "2.28.9"
+    assert info["network"] == "Socket"
+    assert info["net_interfaces"] == ["eth0"]
+    assert info["bootstrap_interface"] == "eth0"
+    assert info["ib_found"] is False
+    assert info["ranks"] == 1
+    assert info["warnings"] == []
+
+
+def test_ib_present_but_unused_is_flagged():
+    info = ar.parse_nccl_log(text(H100 / "nccl-debug-info-1rank-socket.log"))
+    assert ar.nccl_findings(info, []) == []   # no IB on that VM: nothing to say
+    found = ar.nccl_findings(info, ["mlx5_0", "mlx5_1"])
+    assert [f["check"] for f in found] == ["nccl_transport"]
+    assert "mlx5_0, mlx5_1 present but NCCL used NET/Socket (eth0)" in found[0]["detail"]
+    assert "NCCL_IB_HCA" in found[0]["fix"]
+
+
+def test_requested_hca_missing_is_a_silent_fallback_warning():
+    info = ar.parse_nccl_log(text(FAIL / "nccl-ib-hca-missing.log"))
+    assert info["env"]["NCCL_IB_HCA"] == "mlx5_9"
+    assert info["network"] == "Socket"
+    found = ar.nccl_findings(info, [])
+    assert [f["check"] for f in found] == ["nccl_ib_hca"]
+    assert "NCCL_IB_HCA=mlx5_9" in found[0]["detail"] and "fell back to Socket" in found[0]["detail"]
+
+
+def test_duplicate_gpu_log_parses_warnings():
+    info = ar.parse_nccl_log(text(H100 / "nccl-duplicate-gpu-error.log"))
+    assert any("Duplicate GPU detected" in w for w in info["warnings"])
+    assert info["network"] == "Socket"
+
+
+# --------------------------------------------------------------------------- failure classifier
+@pytest.mark.parametrize("path,cause,words", [
+    (H100 / "nccl-duplicate-gpu-error.log", "duplicate_gpu", ["rank 0 and rank 1", "CUDA device 60"]),
+    (FAIL / "nccl-bogus-ifname.log", "no_interface", ["NCCL_SOCKET_IFNAME=bogus0"]),
+    (FAIL / "torchrun-port-held-static.log", "port_held", ["master port"]),
+    (FAIL / "torchrun-port-held-c10d.log", "rendezvous_connection", ["foreign listener"]),
+    (FAIL / "torchrun-c10d-endpoint-absent.log", "rendezvous_timeout", ["not every rank joined"]),
+    (FAIL / "torchrun-c10d-peer-never-joins.log", "rendezvous_timeout", ["not every rank joined"]),
+    (OURS / "gloo-bogus-ifname.node1.json", "no_interface", ["bogus0"]),
+    (OURS / "gloo-port-held.node1.json", "port_held", ["master port"]),
+    (OURS / "gloo-master-unreachable.node2.json", "peer_unreachable", ["10.90.203.18:29500", "Network is unreachable"]),
+    (OURS / "gloo-master-unreachable.node1.json", "rendezvous_timeout", ["not every rank joined"]),
+    (OURS / "torch-shm-too-small.log", "shm", ["/dev/shm"]),
+])
+def test_classify_real_failure_logs(path, cause, words):
+    found = ar.classify_log(text(path))
+    assert found is not None, path.name
+    assert found["cause"] == cause, (path.name, found)
+    for word in words:
+        assert word in found["detail"], (word, found)
+    assert found["fix"]
+
+
+def test_classify_fixes_name_the_remedy():
+    assert "--shm-size" in ar.classify_log(text(OURS / "torch-shm-too-small.log"))["fix"]
+    assert "--ipc=host" in ar.classify_log(text(OURS / "torch-shm-too-small.log"))["fix"]
+    assert "NCCL_SOCKET_IFNAME" in ar.classify_log(text(FAIL / "nccl-bogus-ifname.log"))["fix"]
+    assert "set_device" in ar.classify_log(text(H100 / "nccl-duplicate-gpu-error.log"))["fix"]
+
+
+def test_classify_nccl_memory_messages_by_their_source_format():
+    # No RDMA or GPU here to capture these: the strings are NCCL's own format strings
+    # (src/misc/shmutils.cc, src/transport/net_ib.cc), not captured output.
+    shm = ar.classify_log("NCCL WARN Error while creating shared memory segment /dev/shm/nccl-xyz (size 9637888)")
+    assert shm["cause"] == "shm"
+    reg = ar.classify_log("NCCL WARN NET/IB : ibv_reg_mr failed: Cannot allocate memory")
+    assert reg["cause"] == "memlock" and "memlock" in reg["fix"] and "ulimit -l" in reg["fix"]
+
+
+def test_master_absent_prints_nothing_so_only_the_timeout_speaks():
+    assert ar.classify_log(text(FAIL / "torchrun-static-master-absent.log")) is None
+    problems = ar.diagnose([{"host": "node2", "status": {"state": "timeout", "timeout": 120},
+                             "ranks": [{"phase": "rendezvous"}], "log": text(FAIL / "torchrun-static-master-absent.log")}],
+                           "10.0.0.1", 29500)
+    assert [p["check"] for p in problems] == ["timeout"]
+    assert "node2: no result within the outer timeout of 120 s (stuck in rendezvous)" in problems[0]["detail"]
+
+
+# --------------------------------------------------------------------------- diagnose / summarize
+def _host(name: str, stem: str) -> dict:
+    return {"host": name, "status": {"state": "failed", "exit_codes": [1]},
+            "ranks": [json.loads(text(OURS / f"{stem}.json"))], "log": text(OURS / f"{stem}.log")}
+
+
+def test_diagnose_unreachable_master_names_address_and_host():
+    hosts = [_host("node1", "gloo-master-unreachable.node1"), _host("node2", "gloo-master-unreachable.node2")]
+    problems = ar.diagnose(hosts, "10.90.203.18", 29500)
+    assert [p["check"] for p in problems] == ["peer_unreachable"]   # node1's wait is only a consequence
+    assert problems[0]["detail"] == "node2: cannot reach the master 10.90.203.18:29500: no route (network unreachable)"
+    assert "cluster_master_addr" in problems[0]["fix"]
+
+
+def test_diagnose_port_held_names_the_holder():
+    hosts = [_host("node1", "gloo-port-held.node1"),
+             {"host": "node2", "status": {"state": "timeout", "timeout": 40},
+              "ranks": [json.loads(text(OURS / "gloo-port-held.node2.json"))], "log": ""}]
+    problems = ar.diagnose(hosts, "10.89.203.11", 29500, holder="pid 442 (python3 -c ...)")
+    assert problems[0]["check"] == "port_held"
+    assert problems[0]["detail"] == "node1: master port 29500 is in use (held by pid 442 (python3 -c ...))"
+    assert len(problems) == 1
+
+
+def test_diagnose_version_mismatch_and_wrong_sum():
+    peers = [{"host": "node1", "versions": {"torch": "2.13.0+cpu"}}, {"host": "node2", "versions": {"torch": "2.11.0"}}]
+    hosts = [{"host": "node1", "status": {"state": "failed"},
+              "ranks": [{"rank": 0, "peers": peers, "mismatches": 3,
+                         "sum_errors": [{"index": 5, "got": 4.0, "expected": 6.0}]}], "log": ""}]
+    checks = {p["check"]: p for p in ar.diagnose(hosts, "a", 1)}
+    assert "torch 2.11.0 on node2; torch 2.13.0+cpu on node1" in checks["version_mismatch"]["detail"]
+    assert "index 5: got 4.0, expected 6.0" in checks["wrong_sum"]["detail"]
+
+
+def _ok_host(name, rank, busbw_time=0.1, tcp_gbps=1.0):
+    sweep = [{"bytes": 1 << 20, "time_s": 0.01}, {"bytes": 64 << 20, "time_s": busbw_time}]
+    return {"host": name, "status": {"state": "ok", "backend": "gloo", "env_used": {"GLOO_SOCKET_IFNAME": "eth1"}},
+            "ranks": [{"rank": rank, "world_size": 2, "correct": True, "sweep": sweep,
+                       "tcp": [{"src": "node1", "dst": "node2", "gbps": tcp_gbps},
+                               {"src": "node2", "dst": "node1", "gbps": tcp_gbps * 1.2}]}]}
+
+
+def test_summarize_table_ratio_and_thresholds():
+    hosts = [_ok_host("node1", 0), _ok_host("node2", 1)]
+    result = ar.summarize(hosts, master_addr="10.0.0.1", master_port=29500)
+    assert result["status"] == "pass" and result["correct"]
+    busbw = (64 << 20) / 0.1 / 1e9
+    assert result["busbw_gbps"] == pytest.approx(busbw, abs=1e-3)
+    assert result["tcp_gbps"] == 1.0                      # the slower direction
+    assert result["ratio"] == pytest.approx(busbw / 1.0, abs=1e-3)
+    lines = ar.table_lines(result)
+    assert "64 MiB" in lines[-3] or any("64 MiB" in ln for ln in lines)
+    assert any(ln.startswith("busbw/TCP ratio: 0.67") for ln in lines)
+    slow = ar.summarize(hosts, master_addr="10.0.0.1", master_port=29500, min_ratio=0.7, min_busbw=1.0)
+    assert slow["status"] == "fail"
+    assert [f["check"] for f in slow["failures"]] == ["busbw", "ratio"]
+    assert "below allreduce_smoke_min_ratio 0.7" in slow["failures"][1]["detail"]
+
+
+def test_summarize_without_results_fails():
+    result = ar.summarize([{"host": "node1", "missing": "no result"}], master_addr="a", master_port=1)
+    assert result["status"] == "fail" and result["failures"][0]["check"] == "worker"
+
+
+# --------------------------------------------------------------------------- interfaces
+def test_interface_of_loopback():
+    assert worker.interface_of("127.0.0.1") == "lo"
+    assert worker.interface_of("192.0.2.123") is None
+
+
+def test_worker_one_line_keeps_the_message():
+    exc = RuntimeError("[enforce fail at device.cc:84] ifa != nullptr. Unable to find address for: bogus0\n"
+                       "Exception raised from x\nframe #0: y")
+    assert worker.one_line(exc).startswith("RuntimeError: [enforce fail")
+    assert "bogus0" in worker.one_line(exc)
+
+
+# --------------------------------------------------------------------------- the module's process handling
+def test_kill_group_leaves_no_process_of_the_run():
+    # a supervisor-like leader in its own session with a child that ignores SIGTERM
+    leader = subprocess.Popen([sys.executable, "-c",
+                               "import signal,subprocess,sys,time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+                               "subprocess.Popen([sys.executable,'-c','import signal,time;"
+                               "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)']); time.sleep(60)"],
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(mod._group_pids(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(mod._group_pids(leader.pid)) == 2
+        killed = mod._kill_group(leader.pid)
+        leader.wait(timeout=5)
+        assert leader.pid in killed and len(killed) == 2
+        assert mod._group_pids(leader.pid) == []
+    finally:
+        if leader.poll() is None:
+            leader.kill()
+
+
+def test_excerpt_keeps_interesting_lines_and_the_tail():
+    lines = [f"noise {i}" for i in range(1000)]
+    lines[10] = "vm:1:1 [0] NCCL INFO Using network Socket"
+    out = mod._excerpt("\n".join(lines)).splitlines()
+    assert out[0] == lines[10] and out[-1] == "noise 999" and len(out) == 1 + mod.LOG_KEEP

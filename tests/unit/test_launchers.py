@@ -1,0 +1,238 @@
+"""Renderers (plugins/filter/launchers.py), the launch_dir decision and launch_job's job control."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+import helpers  # noqa: F401  (puts collections/ on sys.path)
+from ansible_collections.provision.cluster.plugins.filter import launchers as L
+from ansible_collections.provision.cluster.plugins.module_utils import launchers as U
+
+
+def nodes(*slots, names=None, ips=None):
+    names = names or ["node%d" % (i + 1) for i in range(len(slots))]
+    hostvars = {n: {"cluster_address": "10.89.77.%d" % (11 + i), "launchers_slots": s}
+                for i, (n, s) in enumerate(zip(names, slots, strict=True))}
+    if ips:
+        for n, devs in zip(names, ips, strict=True):
+            hostvars[n]["launchers_hccl_device_ips"] = devs
+    return L.launch_nodes(names, hostvars)
+
+
+# ---- node list -----------------------------------------------------------------------------
+
+def test_slots_come_from_override_then_nodelist_then_gpus_then_default():
+    hv = {
+        "a": {"cluster_address": "10.0.0.1", "launchers_slots": 3, "slots": 5, "gpu_count": 8},
+        "b": {"cluster_address": "10.0.0.2", "slots": 5, "gpu_count": 8},
+        "c": {"cluster_address": "10.0.0.3", "gpu_count": 8},
+        "d": {"cluster_address": "10.0.0.4", "gpu_facts": {"gpu_count": 4}},
+        "e": {"cluster_address": "10.0.0.5", "gpu_count": 0},
+        "f": {"ansible_host": "f.example"},
+    }
+    got = L.launch_nodes(list(hv), hv, default_slots=2)
+    assert [(n["name"], n["slots"], n["rank"]) for n in got] == [
+        ("a", 3, 0), ("b", 5, 1), ("c", 8, 2), ("d", 4, 3), ("e", 2, 4), ("f", 2, 5)]
+    assert got[5]["address"] == "f.example"
+
+
+def test_master_is_rank_zero_and_others_keep_order():
+    hv = {n: {"cluster_address": n} for n in ("n1", "n2", "n3")}
+    got = L.launch_nodes(["n1", "n2", "n3"], hv, master="n2")
+    assert [(n["name"], n["rank"]) for n in got] == [("n2", 0), ("n1", 1), ("n3", 2)]
+
+
+def test_bad_inputs_name_the_problem():
+    with pytest.raises(L.LaunchError, match="empty"):
+        L.deepspeed_hostfile([])
+    with pytest.raises(L.LaunchError, match="node2 has 0 slots"):
+        nodes(1, 0)
+    with pytest.raises(L.LaunchError, match="nodeX is not one of the nodes"):
+        L.node_rank(nodes(1, 1), "nodeX")
+
+
+# ---- hostfiles and command lines -----------------------------------------------------------
+
+def test_hostfiles():
+    ns = nodes(8, 8)
+    assert L.deepspeed_hostfile(ns) == "node1 slots=8\nnode2 slots=8\n"
+    assert L.mpi_hostfile(ns, header="managed") == "# managed\nnode1 slots=8\nnode2 slots=8\n"
+    assert L.colossalai_hostfile(ns) == "node1\nnode2\n"
+
+
+def test_horovodrun_line_as_in_the_seed():
+    # seed 004: horovodrun ... -p 12345 --mpi -H {host_1_ip}:8,{host_2_ip}:8
+    assert L.horovodrun_command(nodes(8, 8), ssh_port=12345) == "horovodrun -np 16 -H node1:8,node2:8 -p 12345"
+    assert L.horovodrun_command(nodes(8, 4)) == "horovodrun -np 12 -H node1:8,node2:4 -p 2222"
+
+
+def test_torchrun_static_differs_per_node_and_c10d_is_identical():
+    ns = nodes(2, 2)
+    static = [L.torchrun_static_command(ns, n, "10.89.77.11", 29500) for n in ("node1", "node2")]
+    assert static[0].split() == ["python3", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+                                 "--node-rank=0", "--master-addr=10.89.77.11", "--master-port=29500"]
+    assert "--node-rank=1" in static[1]
+    c10d = L.torchrun_c10d_command(ns, "10.89.77.11", 29400, python="/opt/venv/bin/python")
+    argv = shlex.split(c10d)
+    assert argv[:3] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"]
+    assert "--rdzv-backend=c10d" in argv and "--rdzv-endpoint=10.89.77.11:29400" in argv
+    assert [a for a in argv if a.startswith("--rdzv-id=")] == ["--rdzv-id=" + L.rdzv_id(ns, 29400)]
+    files = [L.launch_files(ns, n, "10.89.77.11") for n in ("node1", "node2")]
+    assert files[0]["torchrun-c10d.sh"] == files[1]["torchrun-c10d.sh"]
+    assert files[0]["torchrun-static.sh"] != files[1]["torchrun-static.sh"]
+
+
+def test_c10d_refuses_uneven_slots():
+    with pytest.raises(L.LaunchError, match="slots differ: node1=2, node2=1"):
+        L.torchrun_c10d_command(nodes(2, 1), "10.0.0.1")
+    files = L.launch_files(nodes(2, 1), "node1", "10.0.0.1")
+    assert "torchrun-c10d.sh" not in files and "torchrun-static.sh" in files
+
+
+def test_scripts_are_executable_sh_that_pass_arguments(tmp_path):
+    files = L.launch_files(nodes(1, 1), "node2", "10.0.0.1", header="managed")
+    for name, spec in files.items():
+        (tmp_path / name).write_text(spec["content"])
+        os.chmod(tmp_path / name, int(spec["mode"], 8))
+    script = files["torchrun-static.sh"]["content"]
+    assert script.startswith("#!/bin/sh\n# managed\n") and files["torchrun-static.sh"]["mode"] == "0755"
+    # the env file is valid sh and the script passes "$@" through: replace python by echo
+    (tmp_path / "torchrun-static.sh").write_text(script.replace("exec python3", "exec echo"))
+    out = subprocess.run([str(tmp_path / "torchrun-static.sh"), "train.py", "--lr", "a b"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("--master-port=29500 train.py --lr a b")
+    env = subprocess.run(["sh", "-c", "set -a; . %s/launch.env; env" % tmp_path],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert {"NODE_RANK=1", "NNODES=2", "WORLD_SIZE=2", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500",
+            "PROVISION_SSH_PORT=2222", "PROVISION_NODES=node1,node2"} <= set(env)
+
+
+def test_accelerate_config_per_node():
+    ns = nodes(4, 4)
+    cfg = [yaml.safe_load(L.accelerate_config(ns, n, "10.89.77.11", 29500, header="m")) for n in ("node1", "node2")]
+    assert cfg[0]["machine_rank"] == 0 and cfg[1]["machine_rank"] == 1
+    for c in cfg:
+        assert c["main_process_ip"] == "10.89.77.11" and c["main_process_port"] == 29500
+        assert c["num_machines"] == 2 and c["num_processes"] == 8
+        assert c["rdzv_backend"] == "c10d" and c["same_network"] is False
+        assert c["distributed_type"] == "MULTI_GPU" and c["use_cpu"] is False
+    cpu = yaml.safe_load(L.accelerate_config(ns, "node1", "10.0.0.1", use_gpu=False))
+    assert cpu["distributed_type"] == "MULTI_CPU" and cpu["use_cpu"] is True
+
+
+def test_sbatch_script_uses_first_host_of_allocation(tmp_path):
+    text = L.sbatch_script(nodes(8, 8), 29500, python="/opt/venv/bin/python",
+                           extra_directives=["--partition=gpu"])
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert "#SBATCH --nodes=2" in lines and "#SBATCH --gpus-per-node=8" in lines and "#SBATCH --partition=gpu" in lines
+    assert 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in lines
+    assert "srun --kill-on-bad-exit=1 /opt/venv/bin/python -m torch.distributed.run" in text
+    assert '--rdzv-backend=c10d --rdzv-endpoint="$head_node:29500" --rdzv-id="$SLURM_JOB_ID"' in text
+    # SBATCH directives must come before the first command
+    first_cmd = next(i for i, ln in enumerate(lines) if ln and not ln.startswith("#"))
+    assert all(i < first_cmd for i, ln in enumerate(lines) if ln.startswith("#SBATCH"))
+    (tmp_path / "s.sh").write_text(text)
+    subprocess.run(["bash", "-n", str(tmp_path / "s.sh")], check=True)
+
+
+def test_sbatch_without_gpus_asks_for_none():
+    assert "--gpus-per-node" not in L.sbatch_script(nodes(1, 1), use_gpu=False)
+
+
+def test_hccl_rank_table_matches_the_seed_format():
+    ips = [["192.168.100.%d" % (101 + d) for d in range(8)], ["192.168.101.%d" % (101 + d) for d in range(8)]]
+    table = L.hccl_rank_table(nodes(8, 8, ips=ips))
+    assert table["server_count"] == "2" and table["status"] == "completed" and table["version"] == "1.0"
+    assert [s["server_id"] for s in table["server_list"]] == ["10.89.77.11", "10.89.77.12"]
+    ranks = [int(d["rank_id"]) for s in table["server_list"] for d in s["device"]]
+    assert ranks == list(range(16))
+    second = table["server_list"][1]["device"]
+    assert second[0] == {"device_id": "0", "device_ip": "192.168.101.101", "rank_id": "8"}
+    assert sorted(table) == ["server_count", "server_list", "status", "version"]
+    files = L.launch_files(nodes(8, 8, ips=ips), "node1", "10.0.0.1")
+    assert json.loads(files["hccl_rank_table.json"]["content"]) == table
+    assert "hccl_rank_table.json" not in L.launch_files(nodes(8, 8), "node1", "10.0.0.1")
+
+
+def test_hccl_needs_ips_on_every_node():
+    with pytest.raises(L.LaunchError, match="node2 has no device IPs"):
+        L.hccl_rank_table(nodes(1, 1, ips=[["1.1.1.1"], []]))
+
+
+def test_filters_are_registered_and_documented():
+    names = L.FilterModule().filters()
+    assert "launch_nodes" in names and "hccl_rank_table" in names
+    for name, func in names.items():
+        assert callable(func)
+        doc = yaml.safe_load((helpers.REPO / "plugins" / "filter" / f"{name}.yml").read_text())
+        assert doc["DOCUMENTATION"]["name"] == name
+
+
+# ---- launch_dir decision -------------------------------------------------------------------
+
+def test_plan_files(tmp_path):
+    files = {"a": {"content": "x\n", "mode": "0644"}, "b": {"content": "y\n", "mode": "0755"},
+             "c": {"content": "z\n", "mode": "0644"}}
+    (tmp_path / "a").write_text("x\n")
+    os.chmod(tmp_path / "a", 0o644)
+    (tmp_path / "b").write_text("y\n")
+    os.chmod(tmp_path / "b", 0o644)
+    assert U.plan_files(str(tmp_path), files) == [("b", "mode"), ("c", "missing")]
+    (tmp_path / "a").write_text("changed\n")
+    assert ("a", "content") in U.plan_files(str(tmp_path), files)
+
+
+# ---- job control (local processes) ---------------------------------------------------------
+
+def _poll_until_done(runs, run_id, limit=30):
+    out, offset = "", 0
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        res = U.poll_job(runs, run_id, offset, wait=1)
+        out += res["output"]
+        offset = res["offset"]
+        if not res["running"]:
+            return out, res["exit_status"]
+    raise AssertionError("job did not end")
+
+
+def test_job_output_and_exit_status(tmp_path):
+    runs = str(tmp_path / "runs")
+    U.start_job(runs, "r1", [sys.executable, "-c", "import sys; print('hello'); sys.stderr.write('err\\n'); sys.exit(4)"])
+    out, status = _poll_until_done(runs, "r1")
+    assert "hello" in out and "err" in out and status == 4
+    U.start_job(runs, "r2", ["sh", "-c", "echo one; sleep 0.5; echo two"])
+    out, status = _poll_until_done(runs, "r2")
+    assert out == "one\ntwo\n" and status == 0
+
+
+def test_poll_wait_is_bounded_and_stop_kills_the_group(tmp_path):
+    runs = str(tmp_path / "runs")
+    U.start_job(runs, "r", ["sh", "-c", "sleep 60 & sleep 60; echo never"])
+    started = time.monotonic()
+    res = U.poll_job(runs, "r", 0, wait=1)
+    assert res["running"] and res["exit_status"] is None and 0.9 < time.monotonic() - started < 5
+    assert U.stop_job(runs, "r", grace=2) is True
+    out, status = _poll_until_done(runs, "r", limit=10)
+    assert "never" not in out and status == 128 + 15
+    pgid = int(open(os.path.join(runs, "r", "pid")).read())
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+    assert U.stop_job(runs, "r") is False
+
+
+def test_run_ids_cannot_escape(tmp_path):
+    for bad in ("", "../x", ".hidden"):
+        with pytest.raises(ValueError):
+            U.run_dir(str(tmp_path), bad)
+    with pytest.raises(FileNotFoundError):
+        U.poll_job(str(tmp_path), "nope")

@@ -1,0 +1,97 @@
+"""`provision launch` end to end through Ansible on two "nodes" that are local directories
+(connection local): streaming with node prefixes, fail-fast stop, exit codes. The launch scripts
+here are tiny sh scripts put where the launchers role would put torchrun-c10d.sh, so no torch is
+needed; the real torchrun run is in tests/integration/test_launchers.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from helpers import REPO, ansible_env, tool
+
+
+def _cluster(tmp_path, scripts: dict[str, str]):
+    hosts = {}
+    for name, body in scripts.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "torchrun-c10d.sh").write_text("#!/bin/sh\n" + body)
+        (d / "torchrun-c10d.sh").chmod(0o755)
+        hosts[name] = {"launchers_dir": str(d)}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"cluster": {"hosts": hosts, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
+    return inv
+
+
+def _launch(inv, *args, timeout=180):
+    return subprocess.run([tool("provision"), "launch", "-i", str(inv), *args], cwd=REPO, env=ansible_env(),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_output_is_prefixed_and_success_is_0(tmp_path):
+    inv = _cluster(tmp_path, {
+        "n1": 'echo "hello from n1 $*"; echo second line\n',
+        "n2": 'printf "partial "; sleep 1; echo "line of n2"\n',
+    })
+    proc = _launch(inv, "--poll-wait", "1", "--", "train.py", "--lr", "a b")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "[n1] hello from n1 train.py --lr a b" in lines
+    assert "[n1] second line" in lines
+    assert "[n2] partial line of n2" in lines  # partial lines are kept until they end
+    assert "succeeded on 2 node(s)" in proc.stderr
+
+
+def test_a_failure_stops_the_others_and_exits_1(tmp_path):
+    marker = tmp_path / "still-running"
+    inv = _cluster(tmp_path, {
+        "n1": f'echo started; touch {marker}; sleep 119.25; rm -f {marker}\n',
+        "n2": 'echo about to fail; sleep 2; exit 7\n',
+    })
+    started = time.monotonic()
+    proc = _launch(inv, "--poll-wait", "1", "--", "x")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "n2 failed (exit 7); stopping n1" in proc.stderr
+    assert "[n2] about to fail" in proc.stdout
+    assert time.monotonic() - started < 90
+    # n1's sleep was killed with its process group: the line after it never ran
+    assert marker.exists()
+    out = subprocess.run(["pgrep", "-f", "sleep 119.25"], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == ""
+
+
+def test_timeout_stops_everything_and_exits_1(tmp_path):
+    inv = _cluster(tmp_path, {"n1": "sleep 100\n", "n2": "sleep 100\n"})
+    started = time.monotonic()
+    proc = _launch(inv, "--timeout", "3", "--poll-wait", "1", "--", "x")
+    assert proc.returncode == 1 and "timed out after 3 s" in proc.stderr, proc.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_missing_launch_script_is_one_line(tmp_path):
+    inv = _cluster(tmp_path, {"n1": "true\n"})
+    (tmp_path / "n1" / "torchrun-c10d.sh").unlink()
+    proc = _launch(inv, "--", "x")
+    assert proc.returncode == 1
+    assert "run the launchers stage first" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["-i", "/nonexistent/inventory", "--", "x"], "No inventory was parsed"),
+    (["--group", "nope", "--", "x"], "group 'nope' has no host"),
+    (["-e", "novalue", "--", "x"], "-e wants KEY=VALUE"),
+    (["--timeout", "0", "--", "x"], "--timeout must be > 0"),
+])
+def test_usage_and_inventory_errors_exit_2_with_one_line(tmp_path, args, needle):
+    inv = _cluster(tmp_path, {"n1": "true\n"})
+    argv = args if args[0] == "-i" else ["-i", str(inv), *args]
+    proc = subprocess.run([tool("provision"), "launch", *argv], cwd=REPO, env=ansible_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
