@@ -12,7 +12,7 @@ direction), and their ratio; then the median per variant.
     python benchmarks/allreduce_ratio.py --lab sm --variant baseline --variant tuned --size 128M
 
 Variants (--variant NAME, repeatable; default: baseline and devices2, the role default):
-""" 
+"""
 
 from __future__ import annotations
 

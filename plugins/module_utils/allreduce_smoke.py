@@ -245,7 +245,7 @@ def diagnose(hosts: list[dict], master_addr: str, master_port: int, holder: str 
         reach = next((r.get("master_reach") for r in ranks if r.get("master_reach")), None)
         if found and found["cause"] == "port_held":
             detail = f"master port {master_port} is in use" + (f" (held by {holder})" if holder else "")
-            add("port_held", detail, f"stop that process or set cluster_master_port to a free port", host)
+            add("port_held", detail, "stop that process or set cluster_master_port to a free port", host)
         elif reach in ("unreachable", "timeout") and (found is None or found["cause"] in (
                 "rendezvous_timeout", "rendezvous_connection", "peer_unreachable")):
             add("peer_unreachable", f"cannot reach the master {master_addr}:{master_port}: {_REACH_TEXT[reach]}",

@@ -63,8 +63,8 @@ def test_bandwidth_reproduces_the_h100_gloo_line():
 
 def test_expected_value_is_exact_sum_of_rank_values():
     for world in (1, 2, 3, 8):
-        for mod in range(3):
-            assert worker.expected_value(mod, world) == sum((r + 1) * (mod + 1) for r in range(world))
+        for step in range(3):
+            assert worker.expected_value(step, world) == sum((r + 1) * (step + 1) for r in range(world))
 
 
 # --------------------------------------------------------------------------- NCCL log parser
