@@ -8,7 +8,7 @@ from helpers import run_playbook
 pytestmark = pytest.mark.lab
 
 LAB = "t-pre"
-PLAYBOOK = "playbooks/preflight.yml"
+PLAYBOOK = "site.yml"
 
 
 @pytest.fixture(scope="module")
