@@ -77,12 +77,12 @@ options:
 
 EXAMPLES = r"""
 # slurm.nodelist.yml: inside an allocation (salloc/sbatch), the allocated nodes
-plugin: provision.cluster.nodelist
-source: slurm
+#   plugin: provision.cluster.nodelist
+#   source: slurm
 
 # hostfile.nodelist.yml: the nodes of a DeepSpeed hostfile, reached by their names
-plugin: provision.cluster.nodelist
-hostfile: /job/hostfile
+#   plugin: provision.cluster.nodelist
+#   hostfile: /job/hostfile
 
 # lab.nodelist.yml: `node[1-2]` mapped onto the podman lab `ln` (see tests/integration/test_launchers.py)
 plugin: provision.cluster.nodelist

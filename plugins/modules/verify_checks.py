@@ -10,9 +10,9 @@ short_description: Run several check modules on one host at the same time
 description:
   - An action plugin (it runs on the controller) that executes each module of O(checks) on the
     host, all at once over the same connection, and returns every module's result by name. One
-    task instead of a chain of tasks: the checks of C(provision verify) take as long as the slowest
+    task instead of a chain of tasks, so the checks of C(provision verify) take as long as the slowest
     one, not their sum.
-  - Meant for read-only checks; run it with C(check_mode: true), which every module then inherits.
+  - Meant for read-only checks; run it with C(check_mode=true), which every module then inherits.
   - A module that fails, or cannot reach the host, gives its own failed/unreachable result; the
     others still run. The task itself never fails because of a check.
 version_added: "0.1.0"
