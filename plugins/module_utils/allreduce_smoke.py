@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import explain_nccl_resource_error
+
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
@@ -152,16 +154,8 @@ _PATTERNS = [
      r"(?:getifaddrs|ifname).*[Nn]o such device",
      "gloo found no usable interface {0}",
      "set GLOO_SOCKET_IFNAME to the interface that holds the cluster address"),
-    ("shm", r"Error while creating shared memory segment|unable to allocate shared memory|"
-     r"[Uu]nable to (?:open|write to) (?:shared memory object|file <?/?torch_)|No space left on device.*shm",
-     "shared memory (/dev/shm) too small or not shared for the workers",
-     "give the container a larger /dev/shm (podman/docker --shm-size=1g, or --ipc=host); "
-     "as a last resort NCCL_SHM_DISABLE=1"),
-    ("memlock", r"ibv_reg_mr failed|ibv_reg_mr.*Cannot allocate memory|"
-     r"(?:NET/IB|ib_plugin|ibvwrap).*Cannot allocate memory",
-     "RDMA memory registration failed: the locked-memory limit (ulimit -l) is too low",
-     "raise memlock: `ulimit -l unlimited` via /etc/security/limits.d (memlock unlimited), "
-     "containers --ulimit memlock=-1:-1"),
+    # /dev/shm, IPC, memlock and nofile errors: node_runtime's one mapping (see classify_log)
+    ("node_runtime", None, "", ""),
     ("port_held", r"EADDRINUSE|[Aa]ddress already in use",
      "the master port is already in use on the master node",
      "stop the process holding it (`ss -ltnp` / fuser PORT/tcp) or set cluster_master_port to a free port"),
@@ -189,6 +183,11 @@ _PATTERNS = [
 def classify_log(text: str) -> dict | None:
     """The most likely cause named by one log text: {cause, detail, fix} or None."""
     for cause, pattern, detail, fix in _PATTERNS:
+        if pattern is None:
+            resource = explain_nccl_resource_error(text)
+            if resource:
+                return {"cause": resource[0], "detail": resource[1], "fix": resource[2]}
+            continue
         match = re.search(pattern, text)
         if match:
             groups = [g for g in match.groups() if g is not None] if match.groups() else []

@@ -730,7 +730,9 @@ def check_landing(node, results):
 _NCCL_CAUSES = (
     (re.compile(r"failed to extend /dev/shm/\S+ to \d+ bytes|posix_fallocate failed\s*:\s*No space left"
                 r"|Error while creating shared memory segment|include/shm\.h.*No space left"
-                r"|insufficient shared memory \(shm\)", re.I),
+                r"|insufficient shared memory \(shm\)|unable to allocate shared memory"
+                r"|Unable to (?:open|write to) (?:shared memory object|file <?/?torch_)"
+                r"|No space left on device.*shm", re.I),
      "shm",
      "/dev/shm is too small or full for NCCL's shared-memory segments (64 MiB container default?)",
      "give the node a larger /dev/shm (node_runtime: docker/podman --shm-size=1g or more, --ipc=host; "
@@ -742,10 +744,11 @@ _NCCL_CAUSES = (
      "run the ranks of one host in one container or with --ipc=host; set RemoveIPC=no in "
      "/etc/systemd/logind.conf when the training user logs out during a run"),
     (re.compile(r"ibv_reg_mr\S*\s+failed|Unable to register memory|RLIMIT_MEMLOCK is \d+ bytes"
-                r"|ibv_reg_dmabuf_mr\S* failed|fi_mr_reg failed", re.I),
+                r"|ibv_reg_dmabuf_mr\S* failed|fi_mr_reg failed"
+                r"|(?:NET/IB|ib_plugin|ibvwrap).*Cannot allocate memory", re.I),
      "memlock",
      "RDMA memory registration failed: the locked-memory limit (ulimit -l) is not unlimited",
-     "make memlock unlimited for the training user (node_runtime: limits.d drop-in on bare metal; "
+     "make memlock unlimited for the training user (`ulimit -l unlimited`: node_runtime's limits.d drop-in on bare metal; "
      "--ulimit memlock=-1:-1 --cap-add IPC_LOCK for containers) and start the job from a new login"),
     (re.compile(r"Too many open files|EMFILE|received 0 items of ancdata", re.I),
      "nofile",
