@@ -28,3 +28,17 @@ def test_check_diff_is_safe(converged_lab):
     check = run_playbook("site.yml", lab_name=converged_lab.name, extra_args=["--check", "--diff"])
     assert check.rc == 0, check
     assert check.changed == 0, check
+
+
+def test_launchers_see_the_environment_over_non_interactive_ssh(converged_lab):
+    """What a launcher gets: `ssh <peer> cmd` from every node runs the pinned interpreter with
+    the NCCL/GLOO/pdsh settings of the env block (Debian's .bashrc guard notwithstanding)."""
+    from helpers import node_exec
+
+    probe = ("python -c \"import sys, torch; print(sys.executable, torch.__version__)\"; "
+             "printenv NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME PDSH_RCMD_TYPE")
+    for src in (1, 2):
+        for dst in (1, 2):
+            out = node_exec(converged_lab.name, src, f"ssh -o BatchMode=yes node{dst} '{probe}'").stdout.split()
+            assert out[:2] == ["/opt/provision/venv/bin/python", "2.13.0+cpu"], (src, dst, out)
+            assert out[2:] == ["eth1", "eth1", "ssh"], (src, dst, out)
