@@ -114,7 +114,7 @@ def test_master_port_held_fails_fast_naming_the_holder(lab):
                     "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29500)); s.listen(); time.sleep(300)",
                     marker], check=True, timeout=60)
     holder = ""
-    for _ in range(50):
+    for _ in range(150):  # up to ~30 s on a loaded CI machine
         ps = node_exec(lab.name, 1, "ps -eo pid,args").stdout
         holder = next((ln.split()[0] for ln in ps.splitlines() if marker in ln), "")
         if holder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -20,5 +21,6 @@ def test_molecule_scenario(scenario):
                           capture_output=True, text=True, timeout=2400, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-8000:]
-    # idempotence ran and found nothing to change
-    assert "Idempotence completed successfully" in out or "idempotence" not in out.lower(), out[-4000:]
+    # molecule's closing summary: every action of the scenario (idempotence included) succeeded
+    summary = re.search(rf"^\s*{re.escape(scenario)}\s*:\s*actions=(\d+)\s+successful=(\d+).*failed=(\d+)", out, re.M)
+    assert summary and summary.group(1) == summary.group(2) and summary.group(3) == "0", out[-4000:]
