@@ -111,7 +111,9 @@ def test_c10d_rendezvous_and_busbw_threshold(lab):
 def test_master_port_held_fails_fast_naming_the_holder(lab):
     marker = "held-by-smoke-test"
     subprocess.run(["podman", "exec", "-d", f"{lab.name}-node1", "python3", "-c",
-                    "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29500)); s.listen(); time.sleep(300)",
+                    # SO_REUSEADDR: the previous tests' connections leave port 29500 in TIME_WAIT
+                    "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                    "s.bind(('0.0.0.0', 29500)); s.listen(); time.sleep(300)",
                     marker], check=True, timeout=60)
     holder = ""
     for _ in range(150):  # up to ~30 s on a loaded CI machine
