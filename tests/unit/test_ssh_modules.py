@@ -64,7 +64,7 @@ def test_ssh_mesh_module_controller_known_hosts_and_hosts_file(tmp_path):
 
 
 def test_no_host_key_override_anywhere_in_the_repo():
-    """Never StrictHostKeyChecking=no/accept-new or UserKnownHostsFile=/dev/null in code or config."""
+    """Host-key checking is never switched off (no "no"/"accept-new" StrictHostKeyChecking, no /dev/null known_hosts) in code or config."""
     proc = subprocess.run(["git", "grep", "-n", "-i", "-E",
                            r"StrictHostKeyChecking[= ]+(no|accept-new)|UserKnownHostsFile[= ]+/dev/null",
                            "--", "*.py", "*.yml", "*.yaml", "*.j2", "*.cfg", "*.sh", "*.toml", "*.ini",
