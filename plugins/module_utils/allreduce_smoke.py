@@ -12,6 +12,8 @@ seconds over n ranks, algbw = S / t and busbw = algbw * 2 (n - 1) / n. Bandwidth
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import explain_nccl_resource_error
@@ -341,3 +343,44 @@ def table_lines(result: dict) -> list[str]:
     for item in result.get("warnings", []) + result.get("failures", []):
         lines.append(f"{item['status'].upper()}: {item['detail']} -- fix: {item['fix']}")
     return lines
+
+
+# --------------------------------------------------------------------------- re-run decision
+def fingerprint(inputs: dict) -> str:
+    """sha256 of what a green all-reduce proved: the worker configuration and, per node, the facts
+    the run depends on (address, versions, environment block, GPUs, boot). Key order does not matter."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _changed_parts(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted names of what differs between two fingerprint inputs (for the reason line)."""
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _changed_parts(a, b, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def reuse_decision(last: dict | None, inputs: dict, now: float, max_age: float) -> tuple[bool, str]:
+    """May the last result stand in for a new run? -> (reuse, reason).
+
+    Only a green (pass or warn) result with the same fingerprint, younger than max_age seconds.
+    The reason says what made a new run necessary, or when the reused run was.
+    """
+    if not last:
+        return False, "no earlier result on the master"
+    if last.get("status") not in ("pass", "warn"):
+        return False, f"the last run did not pass (status {last.get('status')})"
+    if last.get("fingerprint") != fingerprint(inputs):
+        parts = _changed_parts(last.get("fingerprint_inputs") or {}, inputs)
+        return False, "changed since the last green run: " + (", ".join(parts[:6]) or "fingerprint")
+    age = now - float(last.get("finished_at") or 0)
+    if age > max_age or age < 0:
+        return False, f"the last green run is {age / 3600:.1f} h old (allreduce_smoke_max_age {max_age:.0f} s)"
+    return True, (f"nothing it depends on changed since the green run {age / 60:.0f} min ago; "
+                  "allreduce_smoke_rerun=always runs it again")

@@ -88,6 +88,12 @@ options:
   path:
     description: Where C(report) writes the JSON result.
     type: path
+  inputs:
+    description:
+      - What the run depended on (C(report)), that is the worker configuration and per node its address,
+        versions, environment, GPUs and boot id. Stored with the result with their hash (C(fingerprint)), so
+        that a later run can tell whether anything changed (filter C(provision.cluster.allreduce_smoke_reuse)).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -145,7 +151,7 @@ leftover:
   type: list
   elements: int
 result:
-  description: The whole verdict (rows, tcp, ratio, failures, warnings, status).
+  description: The whole verdict (rows, tcp, ratio, failures, warnings, status, fingerprint, finished_at).
   returned: report
   type: dict
 failure_lines:
@@ -173,7 +179,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker
 from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (
-    parse_nccl_log, parse_size, summarize, table_lines)
+    fingerprint, parse_nccl_log, parse_size, summarize, table_lines)
 from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
 
 LOG_KEEP = 200          # lines of each rank log returned to the controller
@@ -361,6 +367,9 @@ def report(module, p):
         hosts.append(res)
     result = summarize(hosts, master_addr=p["master_addr"], master_port=p["master_port"],
                        holder=p.get("holder"), min_busbw=p.get("min_busbw"), min_ratio=p.get("min_ratio"))
+    if p.get("inputs") is not None:
+        result.update(fingerprint=fingerprint(p["inputs"]), fingerprint_inputs=p["inputs"])
+    result["finished_at"] = time.time()
     lines = table_lines(result)
     written = False
     if p.get("path") and not module.check_mode:
@@ -408,6 +417,7 @@ def main():
             "min_busbw": {"type": "float"},
             "min_ratio": {"type": "float"},
             "path": {"type": "path"},
+            "inputs": {"type": "dict"},
         },
         required_if=[("state", "port_free", ["port"]), ("state", "started", ["config", "run_id"]),
                      ("state", "finished", ["run_dir", "pid"]),

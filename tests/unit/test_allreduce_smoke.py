@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import helpers  # noqa: F401  (puts collections/ on sys.path)
+from helpers import REPO
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_smoke as ar
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker as worker
 from ansible_collections.provision.cluster.plugins.modules import allreduce_smoke as mod
@@ -255,3 +256,76 @@ def test_excerpt_keeps_interesting_lines_and_the_tail():
     lines[10] = "vm:1:1 [0] NCCL INFO Using network Socket"
     out = mod._excerpt("\n".join(lines)).splitlines()
     assert out[0] == lines[10] and out[-1] == "noise 999" and len(out) == 1 + mod.LOG_KEEP
+
+
+# --------------------------------------------------------------------------- re-run decision
+INPUTS = {"config": {"backend": "auto", "sizes": ["64K", "64M"], "master_port": 29500},
+          "python": "/opt/provision/venv/bin/python",
+          "nodes": {"node1": {"rank": 0, "address": "10.89.0.11", "versions": {"torch": "2.13.0+cpu"}, "boot_id": "b1"},
+                    "node2": {"rank": 1, "address": "10.89.0.12", "versions": {"torch": "2.13.0+cpu"}, "boot_id": "b2"}}}
+
+
+def _green(inputs=INPUTS, at=1000.0, status="pass"):
+    return {"status": status, "fingerprint": ar.fingerprint(inputs), "fingerprint_inputs": inputs, "finished_at": at}
+
+
+def test_fingerprint_ignores_key_order_but_not_values():
+    shuffled = json.loads(json.dumps(INPUTS))
+    shuffled["nodes"] = dict(reversed(list(shuffled["nodes"].items())))
+    assert ar.fingerprint(shuffled) == ar.fingerprint(INPUTS)
+    other = json.loads(json.dumps(INPUTS))
+    other["nodes"]["node2"]["versions"]["torch"] = "2.12.0"
+    assert ar.fingerprint(other) != ar.fingerprint(INPUTS)
+
+
+def test_unchanged_green_run_is_reused_within_max_age():
+    reuse, reason = ar.reuse_decision(_green(), INPUTS, now=1000.0 + 600, max_age=3600)
+    assert reuse and "10 min ago" in reason and "allreduce_smoke_rerun=always" in reason
+    assert ar.reuse_decision(_green(status="warn"), INPUTS, now=1100.0, max_age=3600)[0]
+
+
+@pytest.mark.parametrize("last, now, words", [
+    (None, 1000.0, "no earlier result"),
+    (_green(status="fail"), 1000.0, "did not pass"),
+    (_green(), 1000.0 + 7200, "2.0 h old"),
+    (_green(), 900.0, "h old"),          # clock went back: do not trust the stamp
+])
+def test_new_run_when_missing_failed_or_stale(last, now, words):
+    reuse, reason = ar.reuse_decision(last, INPUTS, now=now, max_age=3600)
+    assert not reuse and words in reason
+
+
+def test_new_run_names_what_changed():
+    changed = json.loads(json.dumps(INPUTS))
+    changed["nodes"]["node2"]["versions"]["torch"] = "2.12.0"
+    changed["nodes"]["node1"]["boot_id"] = "rebooted"
+    changed["config"]["sizes"] = ["64K"]
+    reuse, reason = ar.reuse_decision(_green(), changed, now=1001.0, max_age=3600)
+    assert not reuse
+    assert reason == ("changed since the last green run: config.sizes, nodes.node1.boot_id, "
+                      "nodes.node2.versions.torch")
+
+
+def test_report_stamps_the_result_and_the_filter_reuses_it_until_something_changes(tmp_path):
+    from ansible_collections.provision.cluster.plugins.filter.allreduce_smoke import allreduce_smoke_reuse
+    path = str(tmp_path / "result.json")
+    proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/allreduce_smoke.py")],
+                          input=json.dumps({"ANSIBLE_MODULE_ARGS": {
+                              "state": "report", "names": ["node1", "node2"], "hosts": [_ok_host("node1", 0), _ok_host("node2", 1)],
+                              "master_addr": "10.0.0.1", "master_port": 29500, "path": path, "inputs": INPUTS}}),
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "collections")},
+                          timeout=120)
+    rep = json.loads(proc.stdout)
+    assert rep["written"] and rep["result"]["fingerprint"] == ar.fingerprint(INPUTS)
+    last = rep["ansible_facts"]["allreduce_smoke_result"]          # what the fact cache keeps
+    assert json.loads(Path(path).read_text())["fingerprint"] == last["fingerprint"]
+    same = allreduce_smoke_reuse(last, INPUTS, reuse=True, max_age=3600)
+    assert same["run"] is False and same["result"]["rows"] == rep["result"]["rows"]
+    assert same["lines"][-1].startswith("(not run again: nothing it depends on changed")
+    assert allreduce_smoke_reuse(last, INPUTS, reuse=False)["run"] is True     # allreduce_smoke_rerun: always
+    assert allreduce_smoke_reuse(None, INPUTS, reuse=True)["run"] is True
+    changed = json.loads(json.dumps(INPUTS))
+    changed["nodes"]["node2"]["address"] = "10.0.0.9"
+    again = allreduce_smoke_reuse(last, changed, reuse=True, max_age=3600)
+    assert again["run"] is True and "nodes.node2.address" in again["reason"]
+    assert allreduce_smoke_reuse(last, INPUTS, reuse=True, max_age=3600, now=last["finished_at"] + 7200)["run"] is True

@@ -1,0 +1,72 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to provision.cluster
+# Apache-2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: allreduce_smoke_reuse
+short_description: Decide whether the last green all-reduce still stands for the cluster
+description:
+  - Input is the last result (the C(allreduce_smoke_result) fact the smoke test left on the master,
+    kept in the fact cache), or none. Returns C({run, reason, lines, result}). C(run) is false only
+    when O(reuse) is true and the last result was green, has the fingerprint of O(inputs) and is
+    younger than O(max_age) seconds; C(lines) then is its table with a line saying why it stands.
+  - The decision is module_utils.allreduce_smoke.reuse_decision, the same one the tests exercise.
+positional: inputs
+options:
+  _input:
+    description: The last result, or none.
+    type: dict
+    required: true
+  inputs:
+    description: What the run depends on (worker settings; per node address, versions, environment, GPUs, boot id).
+    type: dict
+    required: true
+  reuse:
+    description: Whether the last result may stand at all (allreduce_smoke_rerun).
+    type: bool
+    default: false
+  max_age:
+    description: Oldest result, in seconds, that may stand.
+    type: float
+    default: 86400
+"""
+
+EXAMPLES = r"""
+decision: "{{ hostvars['node1'].allreduce_smoke_result | default(none) | provision.cluster.allreduce_smoke_reuse(inputs, reuse=true) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: C(run) (bool), C(reason) (one line), C(lines) (the last table when it stands), C(result) (the last result when it stands).
+  type: dict
+"""
+
+import time
+
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import reuse_decision, table_lines
+
+
+def _plain(value):
+    """Templated hostvars data -> plain dicts/lists/str (the fingerprint hashes JSON of it)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def allreduce_smoke_reuse(last, inputs, reuse=False, max_age=86400, now=None):
+    last = _plain(last) if isinstance(last, dict) else None
+    stands, reason = reuse_decision(last, _plain(inputs or {}), time.time() if now is None else float(now),
+                                    float(max_age))
+    if reuse and stands:
+        return {"run": False, "reason": reason, "result": last, "failure_lines": [],
+                "lines": table_lines(last) + [f"(not run again: {reason})"]}
+    return {"run": True, "reason": reason if reuse else "allreduce_smoke_rerun: always", "result": None,
+            "failure_lines": [], "lines": []}
+
+
+class FilterModule:
+    def filters(self):
+        return {"allreduce_smoke_reuse": allreduce_smoke_reuse}
