@@ -5,6 +5,7 @@
 cross-node comparison (pure Python; the modules and `provision verify` call these)."""
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -113,6 +114,46 @@ def manifest_sets_missing(manifest, sets, pkey, present):
     return missing
 
 
+def wheelhouse_state(path, requirements, platform, python_version, implementation="cp", abi=None):
+    """What the wheelhouse at path holds for these requirement sets: {sets (unique, pins checked),
+    pkey, abi, manifest, present, todo (sets to download)}. Raises ValueError on a bad pin."""
+    abi = abi or "cp" + python_version.replace(".", "")
+    sets = []
+    for pins in requirements:
+        pins = [str(x) for x in pins]
+        for spec in pins:
+            parse_pin(spec)
+        if requirement_key(pins) not in [requirement_key(s) for s in sets]:
+            sets.append(pins)
+    pkey = platform_key(platform, python_version, implementation, abi)
+    manifest = load_json(os.path.join(path, MANIFEST))
+    present = set(os.listdir(path)) if os.path.isdir(path) else set()
+    return {"sets": sets, "pkey": pkey, "abi": abi, "manifest": manifest, "present": present,
+            "todo": manifest_sets_missing(manifest, sets, pkey, present)}
+
+
+def wheelhouse_records(path, state, set_files):
+    """The manifest after this run: set -> files, and the records of every file still wanted or present."""
+    manifest = state["manifest"]
+    new = {"platform": state["pkey"],
+           "sets": dict(manifest.get("sets", {})) if manifest.get("platform") == state["pkey"] else {},
+           "files": manifest.get("files", {})}
+    new["sets"].update(set_files)
+    needed = sorted({f for s in state["sets"] for f in new["sets"].get(requirement_key(s), [])})
+    new["files"] = file_records(path, needed, new["files"]) if needed else {}
+    # keep records of other sets' files (other clusters may share the wheelhouse)
+    for name, rec in manifest.get("files", {}).items():
+        if name not in new["files"] and name in state["present"]:
+            new["files"][name] = rec
+    return new
+
+
+def wheelhouse_by_set(state, new):
+    """requirement key -> [{name, size, sha256}] for the node side (wheelhouse_sync)."""
+    return {requirement_key(s): [dict(name=f, size=new["files"][f]["size"], sha256=new["files"][f]["sha256"])
+                                 for f in new["sets"][requirement_key(s)]] for s in state["sets"]}
+
+
 def sha256_file(path, bufsize=1 << 20):
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -210,6 +251,44 @@ except ImportError as exc:
     out["torch_error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 print(json.dumps(out))
 """
+
+
+def probe_cache_key(python, packages, probe=VERSIONS_PROBE):
+    """What the versions probe's answer depends on, cheaply: the interpreter, the installed
+    distributions (names and mtimes of the *.dist-info/*.egg-info entries of the environment's
+    site-packages, and those directories' own mtimes), torch's library directory, the NVIDIA driver,
+    the packages asked for and the probe itself. Any install, removal or driver change gives a new key.
+    """
+    real = os.path.realpath(python)
+    parts = [real, _stat_sig(real), sorted(packages or []), hashlib.sha256(probe.encode()).hexdigest()]
+    prefix = os.path.dirname(os.path.dirname(python))
+    for site in sorted(glob.glob(os.path.join(prefix, "lib", "python*", "site-packages"))):
+        parts.append([site, _stat_sig(site), _stat_sig(os.path.join(site, "torch", "lib"))])
+        try:
+            names = sorted(n for n in os.listdir(site) if n.endswith((".dist-info", ".egg-info", ".pth")))
+        except OSError:
+            names = []
+        parts.append([[n, _stat_sig(os.path.join(site, n))] for n in names])
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as fh:
+            parts.append(fh.read())
+    except OSError:
+        parts.append(None)
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _stat_sig(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def cached_versions(cache_path, key):
+    """The versions stored at cache_path under this key, or None."""
+    data = load_json(cache_path)
+    return data.get("versions") if data.get("key") == key and isinstance(data.get("versions"), dict) else None
 
 
 def parse_probe(stdout):
@@ -368,6 +447,17 @@ def compare_versions(per_host, order=None):
         table = "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows)
     return {"ok": not differing_cols and not missing, "differing_columns": differing_cols,
             "differing_hosts": differing_hosts, "odd_cells": odd, "reference": reference, "table": table}
+
+
+def compare_outcome(versions, order=None, fail=True):
+    """versions_compare's whole answer: (result fields, failure message or None)."""
+    result = compare_versions({h: v for h, v in (versions or {}).items() if v}, order or None)
+    check = versions_check(result)
+    out = dict(changed=False, ok=result["ok"], differing_hosts=result["differing_hosts"],
+               differing_columns=result["differing_columns"], table=result["table"], check=check)
+    if not result["ok"] and fail:
+        return out, f"versions differ on {', '.join(result['differing_hosts'])}: {check['fix']}\n" + result["table"]
+    return out, None
 
 
 def versions_check(result):

@@ -58,6 +58,17 @@ options:
     description: Seconds the pip install may take.
     type: int
     default: 1800
+  versions_cache:
+    description:
+      - The cache file of M(provision.cluster.python_versions). When the environment is unchanged (nothing
+        made or installed here) and the cache's key still matches, its answer is returned as the fact
+        C(python_env_versions) and the versions probe (importing torch) need not run.
+    type: path
+  versions_packages:
+    description: The O(provision.cluster.python_versions#module:packages) that cache answered for (part of its key).
+    type: list
+    elements: str
+    default: []
 notes:
   - Supports check mode.
 """
@@ -85,9 +96,15 @@ python:
   returned: always
   type: str
 ansible_facts:
-  description: C(provision_env_python_env) (env VIRTUAL_ENV or CONDA_PREFIX, path) when O(export).
-  returned: when export
+  description:
+    - C(provision_env_python_env) (env VIRTUAL_ENV or CONDA_PREFIX, path) when O(export).
+    - C(python_env_versions) when O(versions_cache) answered.
+  returned: when export or when the versions cache answered
   type: dict
+versions_cached:
+  description: Whether O(versions_cache) answered (then C(check) holds the verify contract).
+  returned: always
+  type: bool
 """
 
 import grp
@@ -137,6 +154,8 @@ def main():
             group=dict(type="str"),
             export=dict(type="bool", default=True),
             timeout=dict(type="int", default=1800),
+            versions_cache=dict(type="path"),
+            versions_packages=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -202,7 +221,18 @@ def main():
             else:
                 P.chown_tree(path, uid, gid)
                 changed = True
-    module.exit_json(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts)
+    cached = None
+    if p["versions_cache"] and not changed:
+        cached = P.cached_versions(p["versions_cache"], P.probe_cache_key(env_python, p["versions_packages"]))
+    if cached is not None:
+        facts["python_env_versions"] = cached
+        module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
+                         versions_cached=True,
+                         check={"check": "python_env", "status": "pass", "fix": "",
+                                "detail": f"python {cached.get('python')} torch {cached.get('torch')} "
+                                          "(environment unchanged since the last probe)"})
+    module.exit_json(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts,
+                     versions_cached=False)
 
 
 if __name__ == "__main__":

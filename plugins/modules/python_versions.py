@@ -35,8 +35,16 @@ options:
     description: Seconds the probe may take (importing torch takes a few).
     type: int
     default: 120
+  cache:
+    description:
+      - File that keeps the last answer with a key of what it depends on (interpreter, installed
+        distributions and their mtimes, torch's library directory, NVIDIA driver, O(packages)); while
+        the key is the same the answer is read from it instead of importing torch again (seconds).
+        Written only outside check mode and only for an answer in which torch imported. Unset means no cache.
+    type: path
 notes:
   - Supports check mode.
+  - The cache file is a record of a read, not configuration, so writing it reports no change.
 """
 
 EXAMPLES = r"""
@@ -47,6 +55,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+cached:
+  description: Whether the answer came from O(cache).
+  returned: success
+  type: bool
 check:
   description: The verify contract (check, status, detail, fix).
   returned: always
@@ -76,6 +88,7 @@ def main():
             packages=dict(type="list", elements="str", default=[]),
             require_torch=dict(type="bool", default=True),
             timeout=dict(type="int", default=120),
+            cache=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -86,6 +99,13 @@ def main():
         if p["require_torch"]:
             module.fail_json(msg=f"{p['python']} does not exist: {fix}", check=check)
         module.exit_json(changed=False, check=check, ansible_facts={"python_env_versions": P.normalize_versions({})})
+    key = P.probe_cache_key(p["python"], p["packages"]) if p["cache"] else None
+    cached = P.cached_versions(p["cache"], key) if key else None
+    if cached is not None:
+        check = {"check": "python_env", "status": "pass",
+                 "detail": f"python {cached['python']} torch {cached['torch']} (environment unchanged since the last probe)",
+                 "fix": ""}
+        module.exit_json(changed=False, cached=True, check=check, ansible_facts={"python_env_versions": cached})
     argv = [p["python"], "-c", P.VERSIONS_PROBE, json.dumps(p["packages"])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["timeout"], check=False)
@@ -105,7 +125,19 @@ def main():
     else:
         check = {"check": "python_env", "status": "pass",
                  "detail": f"python {versions['python']} torch {versions['torch']}", "fix": ""}
-    module.exit_json(changed=False, check=check, ansible_facts={"python_env_versions": versions})
+        if key and not module.check_mode:
+            _write_cache(module, p["cache"], key, versions)
+    module.exit_json(changed=False, cached=False, check=check, ansible_facts={"python_env_versions": versions})
+
+
+def _write_cache(module, path, key, versions):
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"key": key, "versions": versions}, fh)
+        module.atomic_move(tmp, path)
+    except OSError as exc:   # a cache that cannot be written only costs the next run a probe
+        module.warn(f"could not write the versions cache {path}: {exc}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ description:
     nodes disagree (python, torch, torch.version.cuda, NCCL, gloo/nccl/mpi, each pinned extra).
   - Fails (when O(fail=true)) with a table of all nodes on the differing columns, the odd cells
     marked C(*), naming the nodes that differ. Run it once, on the controller.
-  - Pure computation; runs the same in check mode.
+  - Pure computation, done by its action plugin in the controller's own process (no module
+    process is started); runs the same in check mode.
 version_added: "0.1.0"
 author: provision developers
 options:
@@ -65,27 +66,5 @@ check:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(versions=dict(type="dict", required=True),
-                           order=dict(type="list", elements="str", default=[]),
-                           fail=dict(type="bool", default=True)),
-        supports_check_mode=True,
-    )
-    p = module.params
-    result = P.compare_versions({h: v for h, v in p["versions"].items() if v}, p["order"] or None)
-    check = P.versions_check(result)
-    out = dict(changed=False, ok=result["ok"], differing_hosts=result["differing_hosts"],
-               differing_columns=result["differing_columns"], table=result["table"], check=check)
-    if not result["ok"] and p["fail"]:
-        module.fail_json(msg=f"versions differ on {', '.join(result['differing_hosts'])}: {check['fix']}\n"
-                             + result["table"], **{k: v for k, v in out.items() if k != "changed"})
-    module.exit_json(**out)
-
-
-if __name__ == "__main__":
-    main()
+# The work is done by plugins/action/versions_compare.py (module_utils.python_env.compare_outcome);
+# this file documents the module for ansible-doc.

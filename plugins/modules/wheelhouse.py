@@ -114,33 +114,22 @@ def main():
     )
     p = module.params
     path = p["path"]
-    abi = p["abi"] or "cp" + p["python_version"].replace(".", "")
-    sets = []
-    for pins in p["requirements"]:
-        pins = [str(x) for x in pins]
-        try:
-            for spec in pins:
-                P.parse_pin(spec)
-        except ValueError as exc:
-            module.fail_json(msg=str(exc))
-        if P.requirement_key(pins) not in [P.requirement_key(s) for s in sets]:
-            sets.append(pins)
-    pkey = P.platform_key(p["platform"], p["python_version"], p["implementation"], abi)
-    manifest_path = os.path.join(path, P.MANIFEST)
-    manifest = P.load_json(manifest_path)
-    present = set(os.listdir(path)) if os.path.isdir(path) else set()
-    todo = P.manifest_sets_missing(manifest, sets, pkey, present)
+    try:
+        state = P.wheelhouse_state(path, p["requirements"], p["platform"], p["python_version"],
+                                   p["implementation"], p["abi"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    todo = state["todo"]
     if todo and module.check_mode:
         module.exit_json(changed=True, downloaded=todo, by_set={}, path=path)
-    new = {"platform": pkey, "sets": dict(manifest.get("sets", {})) if manifest.get("platform") == pkey else {},
-           "files": manifest.get("files", {})}
     if todo:
         os.makedirs(path, exist_ok=True)
     links = [lk for lk in p["find_links"] if "://" in lk or os.path.isdir(lk)]
+    set_files = {}
     for pins in todo:
         argv = P.pip_download_argv(p["python"] or sys.executable, path, pins, platform=p["platform"],
                                    python_version=p["python_version"], implementation=p["implementation"],
-                                   abi=abi, find_links=links, index_url=p["index_url"])
+                                   abi=state["abi"], find_links=links, index_url=p["index_url"])
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["timeout"], check=False)
         except subprocess.TimeoutExpired:
@@ -152,21 +141,16 @@ def main():
         files = P.downloaded_files(proc.stdout)
         if not files:
             module.fail_json(msg=f"pip download {' '.join(pins)} reported no wheel", cmd=argv, stdout=proc.stdout)
-        new["sets"][P.requirement_key(pins)] = files
-    needed = sorted({f for s in sets for f in new["sets"].get(P.requirement_key(s), [])})
-    new["files"] = P.file_records(path, needed, new["files"]) if needed else {}
-    # keep records of other sets' files (other clusters may share the wheelhouse)
-    for name, rec in manifest.get("files", {}).items():
-        if name not in new["files"] and name in present:
-            new["files"][name] = rec
-    if new != manifest and not module.check_mode:
+        set_files[P.requirement_key(pins)] = files
+    if todo:
+        state["present"] = set(os.listdir(path))
+    new = P.wheelhouse_records(path, state, set_files)
+    if new != state["manifest"] and not module.check_mode:
         fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest.")
         with os.fdopen(fd, "w") as fh:
             json.dump(new, fh, indent=1, sort_keys=True)
-        module.atomic_move(tmp, manifest_path)
-    by_set = {P.requirement_key(s): [dict(name=f, size=new["files"][f]["size"], sha256=new["files"][f]["sha256"])
-                                     for f in new["sets"][P.requirement_key(s)]] for s in sets}
-    module.exit_json(changed=bool(todo), downloaded=todo, by_set=by_set, path=path)
+        module.atomic_move(tmp, os.path.join(path, P.MANIFEST))
+    module.exit_json(changed=bool(todo), downloaded=todo, by_set=P.wheelhouse_by_set(state, new), path=path)
 
 
 if __name__ == "__main__":

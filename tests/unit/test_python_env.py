@@ -4,8 +4,10 @@ cross-node comparison."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import FIXTURES, REPO
@@ -204,10 +206,69 @@ def test_compare_reports_a_node_without_versions():
     assert not res["ok"] and res["differing_hosts"] == ["node3"] and "node3" in res["table"]
 
 
-def test_versions_compare_module_fails_with_table():
-    out = _module("versions_compare", {"versions": {"node1": _v(), "node2": _v(numpy="2.2.6")},
-                                       "order": ["node1", "node2"]})
-    assert out["failed"] and out["msg"].startswith("versions differ on node2:")
-    assert "numpy" in out["msg"] and "2.2.6*" in out["msg"]
-    ok = _module("versions_compare", {"versions": {"node1": _v(), "node2": _v()}})
-    assert ok["ok"] and not ok.get("failed")
+def test_versions_compare_outcome_fails_with_table():
+    out, msg = P.compare_outcome({"node1": _v(), "node2": _v(numpy="2.2.6")}, ["node1", "node2"])
+    assert msg.startswith("versions differ on node2:") and "numpy" in msg and "2.2.6*" in msg
+    assert out["check"]["status"] == "fail" and out["differing_hosts"] == ["node2"]
+    assert P.compare_outcome({"node1": _v(), "node2": _v(numpy="2.2.6")}, fail=False)[1] is None
+    ok, msg = P.compare_outcome({"node1": _v(), "node2": _v()})
+    assert ok["ok"] and msg is None
+
+
+def test_versions_compare_action_runs_in_ansible_without_a_module_process():
+    """Through ansible itself: the action plugin answers (the module file is documentation only)."""
+    args = json.dumps({"versions": {"node1": _v(), "node2": _v(numpy="2.2.6")}, "order": ["node1", "node2"]})
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-o",
+                           "-m", "provision.cluster.versions_compare", "-a", args],
+                          capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")},
+                               "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+    assert proc.returncode != 0 and "versions differ on node2" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- versions probe cache
+def _fake_env(tmp_path):
+    prefix = tmp_path / "env"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch-2.13.0.dist-info").mkdir()
+    return prefix, site
+
+
+def test_probe_cache_key_follows_installs_removals_and_the_extras_asked_for(tmp_path):
+    prefix, site = _fake_env(tmp_path)
+    python = str(prefix / "bin" / "python")
+    key = P.probe_cache_key(python, ["numpy"])
+    assert P.probe_cache_key(python, ["numpy"]) == key                  # stable
+    assert P.probe_cache_key(python, ["numpy", "deepspeed"]) != key     # other extras asked for
+    (site / "numpy-2.3.5.dist-info").mkdir()
+    installed = P.probe_cache_key(python, ["numpy"])
+    assert installed != key
+    (site / "torch" / "lib" / "libtorch_cpu.so").write_bytes(b"")       # torch's libraries changed
+    assert P.probe_cache_key(python, ["numpy"]) != installed
+
+
+def test_cached_versions_needs_the_same_key(tmp_path):
+    path = tmp_path / "cache.json"
+    assert P.cached_versions(str(path), "k") is None
+    path.write_text(json.dumps({"key": "k", "versions": {"torch": "2.13.0+cpu"}}))
+    assert P.cached_versions(str(path), "k") == {"torch": "2.13.0+cpu"}
+    assert P.cached_versions(str(path), "other") is None
+
+
+def test_python_versions_module_reuses_its_answer_until_the_environment_changes(tmp_path):
+    pytest.importorskip("torch")            # the probe must import torch for its answer to be kept
+    cache = tmp_path / "versions.json"
+    args = {"python": sys.executable, "packages": ["pyyaml"], "cache": str(cache)}
+    first = _module("python_versions", dict(args, _ansible_check_mode=True))
+    assert first["cached"] is False and not cache.exists()                 # check mode writes nothing
+    second = _module("python_versions", args)
+    assert second["cached"] is False and cache.exists() and second["changed"] is False
+    third = _module("python_versions", args)
+    assert third["cached"] is True and third["check"]["status"] == "pass"
+    assert third["ansible_facts"] == second["ansible_facts"]
+    data = json.loads(cache.read_text())
+    cache.write_text(json.dumps(dict(data, key="stale")))                  # environment changed
+    assert _module("python_versions", args)["cached"] is False
