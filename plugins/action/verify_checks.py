@@ -18,7 +18,7 @@ _BUILD_LOCK = threading.Lock()
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("checks", "parallel"))
+    _VALID_ARGS = frozenset(("checks", "parallel", "reuse"))
 
     def _configure_module(self, *args, **kwargs):
         with _BUILD_LOCK:
@@ -48,7 +48,14 @@ class ActionModule(ActionBase):
             res.pop("invocation", None)
             return name, res
 
-        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(wanted) or 1))) as pool:
-            results = dict(pool.map(one, wanted.items()))
+        reuse = self._task.args.get("reuse") or {}
+        if not isinstance(reuse, dict):
+            return {"failed": True, "msg": "reuse must be a dict: name -> an earlier result of that check"}
+        # a reused result of a check not listed here (one that needs every node, like landing) is passed on
+        results = {name: dict(res, reused=True) for name, res in reuse.items()
+                   if isinstance(res, dict) and (name in wanted or name not in checks)}
+        todo = [(name, spec) for name, spec in wanted.items() if name not in results]
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1))) as pool:
+            results.update(pool.map(one, todo))
         result.update(changed=False, results=results)
         return result

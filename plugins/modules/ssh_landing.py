@@ -54,6 +54,14 @@ options:
     description: Fail with the check's detail and fix when a name lands in the wrong place.
     type: bool
     default: false
+  reports:
+    description:
+      - alias -> the landing report an earlier connection of the same user already printed in this run
+        (C(reports) of M(provision.cluster.ssh_mesh_check) with C(landing=true)). A report that proves
+        the landing (the peer's node-id token) is used instead of a new connection; any other alias is
+        probed here.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -112,6 +120,20 @@ def probe(ssh_argv, alias, peer, timeout):
     return {"alias": alias, "peer": peer["name"], "ok": ok, "reason": reason, "reported": reported}
 
 
+def from_report(alias, peer, text):
+    """The verdict from a report the SSH mesh check already read through `ssh alias` in this run,
+    when it proves the landing (same node-id token); anything else is probed again here."""
+    if not text or not peer.get("token"):
+        return None
+    try:
+        reported = parse_landing_report(text)
+    except ValueError:
+        return None
+    ok, reason = landing_verdict(alias, peer, reported)
+    return {"alias": alias, "peer": peer["name"], "ok": True, "reason": "", "reported": reported,
+            "from_mesh": True} if ok else None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -122,6 +144,7 @@ def main():
                        choices=["inventory", "hostname", "address"]),
             timeout=dict(type="int", default=10),
             fail_on_check=dict(type="bool", default=False),
+            reports=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -138,7 +161,8 @@ def main():
             if alias:
                 jobs.append((alias, peer))
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
-        pairs = list(pool.map(lambda j: probe(ssh_argv, j[0], j[1], p["timeout"]), jobs))
+        pairs = list(pool.map(lambda j: from_report(j[0], j[1], p["reports"].get(j[0]))
+                              or probe(ssh_argv, j[0], j[1], p["timeout"]), jobs))
     check = check_landing(p["node"], pairs)
     result = {"changed": False, "checks": [check], "pairs": pairs}
     if p["fail_on_check"] and check["status"] == "fail":

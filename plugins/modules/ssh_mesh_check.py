@@ -51,6 +51,13 @@ options:
     description: Remote command; its output must be the target's hostname when that is known.
     type: str
     default: hostname
+  landing:
+    description:
+      - Run the landing report of M(provision.cluster.ssh_landing) (node-id, hostname, boot id,
+        local addresses) instead of O(command), check the hostname from it, and return each target's
+        report in C(reports), so that the landing check can use these connections instead of its own.
+    type: bool
+    default: false
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -99,6 +106,14 @@ checks:
   returned: always
   type: list
   elements: dict
+reports:
+  description: With O(landing), target -> the landing report it printed (for M(provision.cluster.ssh_landing)).
+  returned: always
+  type: dict
+user:
+  description: The user ssh ran as (O(user); empty for the module's own user).
+  returned: always
+  type: str
 """
 
 import socket
@@ -107,6 +122,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import LANDING_SCRIPT, parse_landing_report
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user, classify_ssh_error
 
 
@@ -139,12 +155,21 @@ def attempt(ssh, target, expect, p, deadline, popen_user):
     cell = {"source": p["source"], "target": target, "ok": False, "error": "", "detail": "", "fix": "",
             "seconds": round(time.monotonic() - start, 3), "attempts": 1}
     answer = out.strip().splitlines()[-1].strip() if out.strip() else ""
+    if rc == 0 and not timed_out and p["landing"]:
+        try:
+            cell["report"] = out
+            answer = parse_landing_report(out)["hostname"]
+        except ValueError as exc:
+            cell.update(error="other", detail="%s: %s" % (target, exc), fix="run `ssh %s` by hand" % target)
+            rc = None
     if rc == 0 and not timed_out:
-        if expect and p["command"] == "hostname" and answer.split(".")[0] != expect.split(".")[0]:
+        if expect and (p["command"] == "hostname" or p["landing"]) and answer.split(".")[0] != expect.split(".")[0]:
             cell.update(error="wrong_host", detail="%s answered as %s, expected %s" % (target, answer, expect),
                         fix="two nodes share a name or address: fix cluster_address / /etc/hosts")
         else:
             cell.update(ok=True, detail=answer)
+    elif rc is None:
+        pass
     elif rc != 255 and not timed_out and not err.strip():
         cell.update(error="other", detail="remote command exited %d" % rc, fix="run `ssh %s` by hand" % target)
     else:
@@ -164,11 +189,14 @@ def main():
             timeout=dict(type="int", default=20),
             command=dict(type="str", default="hostname"),
             retries=dict(type="int", default=1),
+            landing=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
     p["source"] = p["source"] or socket.gethostname()
+    if p["landing"]:
+        p["command"] = LANDING_SCRIPT
     targets = []
     for node in p["nodes"]:
         if isinstance(node, dict):
@@ -183,11 +211,12 @@ def main():
     with ThreadPoolExecutor(max_workers=max(1, min(64, len(targets)))) as pool:
         futures = [pool.submit(run_cell, ssh, name, expect, p, deadline, popen_user) for name, expect in targets]
         row = [f.result() for f in futures]
+    reports = {c["target"]: c.pop("report") for c in row if "report" in c}
     failed = [c for c in row if not c["ok"]]
     checks = [{"check": "ssh %s->%s" % (c["source"], c["target"]), "status": "pass" if c["ok"] else "fail",
                "detail": c["detail"], "fix": c["fix"]} for c in row]
     module.exit_json(changed=False, row=row, cells={c["target"]: "ok" if c["ok"] else c["error"] for c in row},
-                     failed_cells=failed, checks=checks)
+                     failed_cells=failed, checks=checks, reports=reports, user=p["user"] or "")
 
 
 if __name__ == "__main__":

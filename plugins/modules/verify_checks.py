@@ -24,6 +24,14 @@ options:
         arguments, C(enabled) (default true) whether to run it.
     type: dict
     required: true
+  reuse:
+    description:
+      - name -> an earlier result of that very check on this host (as C(register) held it), returned
+        as it is, with C(reused=true), instead of running the module again. C(site.yml) passes the
+        results its stages produced in the same run. A name that is not in O(checks) (a check that
+        needs every node, run later) is returned too.
+    type: dict
+    default: {}
   parallel:
     description: How many modules run at the same time on the host.
     type: int
