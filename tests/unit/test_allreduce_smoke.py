@@ -329,3 +329,21 @@ def test_report_stamps_the_result_and_the_filter_reuses_it_until_something_chang
     again = allreduce_smoke_reuse(last, changed, reuse=True, max_age=3600)
     assert again["run"] is True and "nodes.node2.address" in again["reason"]
     assert allreduce_smoke_reuse(last, INPUTS, reuse=True, max_age=3600, now=last["finished_at"] + 7200)["run"] is True
+
+
+def test_ranks_follow_the_inventory_order_after_the_master(tmp_path):
+    """The role's rank order must be stable run to run (a set difference is not): it is part of
+    what a green run proved, so a re-run must see the same order to reuse it."""
+    import os
+    (tmp_path / "hosts.ini").write_text("[cluster]\n" + "".join(f"node{i} ansible_connection=local\n" for i in (1, 2, 3, 4, 5, 6, 7, 8)))
+    (tmp_path / "play.yml").write_text(
+        "- hosts: cluster\n  gather_facts: false\n  vars_files: [" + str(REPO / "roles/allreduce_smoke/vars/main.yml") + "]\n"
+        "  vars: {cluster_master: node3}\n  tasks:\n"
+        "    - ansible.builtin.assert:\n        that: __allreduce_smoke_order == ['node3', 'node1', 'node2', 'node4', 'node5', 'node6', 'node7', 'node8']\n"
+        "        fail_msg: '{{ __allreduce_smoke_order }}'\n      run_once: true\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(tmp_path / "facts")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.ini"),
+                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
