@@ -8,7 +8,10 @@ Prints the re-run times, changed counts and the normalized fan-out
 (site8/ref8) / (site2/ref2): 1.0 means site.yml costs no more per node at 8 than at 2,
 relative to Ansible's own floor on this machine.
 
-    python benchmarks/site_rerun.py [--nodes 2 8] [--repeat 3] [--keep] [--verify]
+    python benchmarks/site_rerun.py [--nodes 2 8] [--repeat 3] [--keep] [--verify] [--reuse-labs]
+
+--reuse-labs keeps a lab bench<N> that is already up (from an earlier --keep) instead of making it
+anew; its first site.yml run then is a re-run too (it brings the lab to the current code).
 """
 
 from __future__ import annotations
@@ -56,18 +59,29 @@ def playbook(path: str, lab: str) -> tuple[float, int, int]:
     return secs, changed, len(recap)
 
 
+def lab_is_up(lab: str, n: int, env: dict[str, str]) -> bool:
+    _, proc = run([str(BIN / "provision"), "lab", "status", "--name", lab, "--json"], env)
+    try:
+        nodes = json.loads(proc.stdout)["nodes"]
+    except (ValueError, KeyError):
+        return False
+    return len(nodes) == n and all(node.get("state") == "running" for node in nodes)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[2, 8])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
     ap.add_argument("--verify", action="store_true", help="also time `provision verify` (no smoke)")
+    ap.add_argument("--reuse-labs", action="store_true", help="use lab bench<N> as it is when it is up")
     args = ap.parse_args()
     results = {}
     for n in args.nodes:
         lab = f"bench{n}"
         env = env_for(lab)
-        run([str(BIN / "provision"), "lab", "down", "--name", lab], env)
+        if not (args.reuse_labs and lab_is_up(lab, n, env)):
+            run([str(BIN / "provision"), "lab", "down", "--name", lab], env)
         secs, proc = run([str(BIN / "provision"), "lab", "up", "--name", lab, "--nodes", str(n)], env)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr)
