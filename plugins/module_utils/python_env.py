@@ -253,17 +253,21 @@ print(json.dumps(out))
 """
 
 
-def probe_cache_key(python, packages, probe=VERSIONS_PROBE):
+def probe_cache_key(python, probe=VERSIONS_PROBE):
     """What the versions probe's answer depends on, cheaply: the interpreter, the installed
     distributions (names and mtimes of the *.dist-info/*.egg-info entries of the environment's
-    site-packages, and those directories' own mtimes), torch's library directory, the NVIDIA driver,
-    the packages asked for and the probe itself. Any install, removal or driver change gives a new key.
+    site-packages, and those directories' own mtimes), torch's __init__/version and every file of its
+    library directory, the NVIDIA driver,
+    and the probe itself. Any install, removal, replaced torch library or driver change gives a new key.
+    (The extras' versions are not part of it: cached_versions reads them from the dist-info names.)
     """
     real = os.path.realpath(python)
-    parts = [real, _stat_sig(real), sorted(packages or []), hashlib.sha256(probe.encode()).hexdigest()]
+    parts = [real, _stat_sig(real), hashlib.sha256(probe.encode()).hexdigest()]
     prefix = os.path.dirname(os.path.dirname(python))
     for site in sorted(glob.glob(os.path.join(prefix, "lib", "python*", "site-packages"))):
-        parts.append([site, _stat_sig(site), _stat_sig(os.path.join(site, "torch", "lib"))])
+        torch_dir = os.path.join(site, "torch")
+        parts.append([site, _stat_sig(site), _stat_sig(os.path.join(torch_dir, "__init__.py")),
+                      _stat_sig(os.path.join(torch_dir, "version.py")), _dir_sig(os.path.join(torch_dir, "lib"))])
         try:
             names = sorted(n for n in os.listdir(site) if n.endswith((".dist-info", ".egg-info", ".pth")))
         except OSError:
@@ -277,6 +281,15 @@ def probe_cache_key(python, packages, probe=VERSIONS_PROBE):
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
+def _dir_sig(path):
+    """The directory and every file in it (a library replaced in place changes only its own mtime)."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return None
+    return [_stat_sig(path)] + [[n, _stat_sig(os.path.join(path, n))] for n in names]
+
+
 def _stat_sig(path):
     try:
         st = os.stat(path)
@@ -285,10 +298,32 @@ def _stat_sig(path):
     return [st.st_mtime_ns, st.st_size, st.st_ino]
 
 
-def cached_versions(cache_path, key):
-    """The versions stored at cache_path under this key, or None."""
+def cached_versions(cache_path, key, python=None, packages=()):
+    """The versions stored at cache_path under this key, or None; the extras asked for (packages)
+    are read from the environment's dist-info directory names (no interpreter needed)."""
     data = load_json(cache_path)
-    return data.get("versions") if data.get("key") == key and isinstance(data.get("versions"), dict) else None
+    if data.get("key") != key or not isinstance(data.get("versions"), dict):
+        return None
+    versions = dict(data["versions"])
+    if python is not None:
+        versions["packages"] = installed_versions(python, packages)
+    return versions
+
+
+def installed_versions(python, names):
+    """{name: version or None} from the *.dist-info names of the environment's site-packages."""
+    found = {}
+    prefix = os.path.dirname(os.path.dirname(python))
+    for site in sorted(glob.glob(os.path.join(prefix, "lib", "python*", "site-packages"))):
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(".dist-info") and "-" in entry:
+                dist, version = entry[: -len(".dist-info")].rsplit("-", 1)
+                found.setdefault(normalize(dist), version)
+    return {name: found.get(normalize(name)) for name in names}
 
 
 def parse_probe(stdout):

@@ -41,6 +41,10 @@ options:
     description: Run pdsh to every node and compare the answers with O(expect_hostnames).
     type: bool
     default: true
+  check_if_changed:
+    description: Run that check also when O(check=false) if this call changed the hosts file or rcmd.
+    type: bool
+    default: false
   expect_hostnames:
     description: Hostnames that must answer (default O(hosts)).
     type: list
@@ -109,6 +113,7 @@ def main():
             rcmd_default=dict(type="str", default="ssh"),
             rcmd_default_path=dict(type="path", default="/etc/pdsh/rcmd_default"),
             check=dict(type="bool", default=True),
+            check_if_changed=dict(type="bool", default=False),
             expect_hostnames=dict(type="list", elements="str"),
             user=dict(type="str"),
             connect_timeout=dict(type="int", default=10),
@@ -142,7 +147,7 @@ def main():
     result = dict(changed=changed, found=True, rcmd_default_supported=rcmd_supported, missing=[], checks=[])
     if diffs and module._diff:
         result["diff"] = diffs
-    if p["check"] and not (module.check_mode and changed):
+    if (p["check"] or (p["check_if_changed"] and changed)) and not (module.check_mode and changed):
         kwargs, error = as_user(p["user"], {"PDSH_RCMD_TYPE": "ssh"})
         if error:
             module.fail_json(msg=error)

@@ -65,7 +65,7 @@ options:
         C(python_env_versions) and the versions probe (importing torch) need not run.
     type: path
   versions_packages:
-    description: The O(provision.cluster.python_versions#module:packages) that cache answered for (part of its key).
+    description: Extras whose versions go into C(python_env_versions) (read from the dist-info names).
     type: list
     elements: str
     default: []
@@ -223,7 +223,8 @@ def main():
                 changed = True
     cached = None
     if p["versions_cache"] and not changed:
-        cached = P.cached_versions(p["versions_cache"], P.probe_cache_key(env_python, p["versions_packages"]))
+        cached = P.cached_versions(p["versions_cache"], P.probe_cache_key(env_python), env_python,
+                                   p["versions_packages"])
     if cached is not None:
         facts["python_env_versions"] = cached
         module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,

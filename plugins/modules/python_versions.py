@@ -38,8 +38,9 @@ options:
   cache:
     description:
       - File that keeps the last answer with a key of what it depends on (interpreter, installed
-        distributions and their mtimes, torch's library directory, NVIDIA driver, O(packages)); while
-        the key is the same the answer is read from it instead of importing torch again (seconds).
+        distributions and their mtimes, torch's files and library directory, NVIDIA driver); while
+        the key is the same the answer is read from it instead of importing torch again (seconds); the
+        extras' versions are then read from the dist-info names.
         Written only outside check mode and only for an answer in which torch imported. Unset means no cache.
     type: path
 notes:
@@ -99,8 +100,8 @@ def main():
         if p["require_torch"]:
             module.fail_json(msg=f"{p['python']} does not exist: {fix}", check=check)
         module.exit_json(changed=False, check=check, ansible_facts={"python_env_versions": P.normalize_versions({})})
-    key = P.probe_cache_key(p["python"], p["packages"]) if p["cache"] else None
-    cached = P.cached_versions(p["cache"], key) if key else None
+    key = P.probe_cache_key(p["python"]) if p["cache"] else None
+    cached = P.cached_versions(p["cache"], key, p["python"], p["packages"]) if key else None
     if cached is not None:
         check = {"check": "python_env", "status": "pass",
                  "detail": f"python {cached['python']} torch {cached['torch']} (environment unchanged since the last probe)",

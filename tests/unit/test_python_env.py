@@ -237,17 +237,28 @@ def _fake_env(tmp_path):
     return prefix, site
 
 
-def test_probe_cache_key_follows_installs_removals_and_the_extras_asked_for(tmp_path):
+def test_probe_cache_key_follows_installs_removals_and_torch_libraries(tmp_path):
     prefix, site = _fake_env(tmp_path)
     python = str(prefix / "bin" / "python")
-    key = P.probe_cache_key(python, ["numpy"])
-    assert P.probe_cache_key(python, ["numpy"]) == key                  # stable
-    assert P.probe_cache_key(python, ["numpy", "deepspeed"]) != key     # other extras asked for
+    key = P.probe_cache_key(python)
+    assert P.probe_cache_key(python) == key                             # stable
     (site / "numpy-2.3.5.dist-info").mkdir()
-    installed = P.probe_cache_key(python, ["numpy"])
+    installed = P.probe_cache_key(python)
     assert installed != key
-    (site / "torch" / "lib" / "libtorch_cpu.so").write_bytes(b"")       # torch's libraries changed
-    assert P.probe_cache_key(python, ["numpy"]) != installed
+    lib = site / "torch" / "lib" / "libtorch_cpu.so"
+    lib.write_bytes(b"")                                                  # torch's libraries changed
+    with_lib = P.probe_cache_key(python)
+    assert with_lib != installed
+    os.utime(lib, ns=(1, 1))                                              # replaced in place (dir mtime kept)
+    assert P.probe_cache_key(python) != with_lib
+
+
+def test_installed_versions_from_dist_info_names(tmp_path):
+    prefix, site = _fake_env(tmp_path)
+    (site / "numpy-2.3.5.dist-info").mkdir()
+    (site / "typing_extensions-4.12.2.dist-info").mkdir()
+    assert P.installed_versions(str(prefix / "bin" / "python"), ["numpy", "typing-extensions", "deepspeed"]) == {
+        "numpy": "2.3.5", "typing-extensions": "4.12.2", "deepspeed": None}
 
 
 def test_cached_versions_needs_the_same_key(tmp_path):
@@ -255,6 +266,10 @@ def test_cached_versions_needs_the_same_key(tmp_path):
     assert P.cached_versions(str(path), "k") is None
     path.write_text(json.dumps({"key": "k", "versions": {"torch": "2.13.0+cpu"}}))
     assert P.cached_versions(str(path), "k") == {"torch": "2.13.0+cpu"}
+    prefix, site = _fake_env(tmp_path)
+    (site / "numpy-2.3.5.dist-info").mkdir()
+    assert P.cached_versions(str(path), "k", str(prefix / "bin" / "python"), ["numpy"]) == {
+        "torch": "2.13.0+cpu", "packages": {"numpy": "2.3.5"}}
     assert P.cached_versions(str(path), "other") is None
 
 
