@@ -9,8 +9,11 @@ and decides the check.
 """
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import shlex
+import subprocess
 
 FIX = "ansible-playbook site.yml --tags shell_env"
 _PREPEND = re.compile(r"""^case ":\$\{(?P<var>\w+):-\}:" in \*:(?P<item>.+?):\*\)""")
@@ -115,3 +118,51 @@ def decide(path, layout, expected, seen, ssh_error, host):
                       % (path, FIX))
     return result("pass", "`ssh %s` sees the block's %d variable(s), above the guard at line %s of %s"
                   % (host, len(names), layout["guard_line"] or "-", path))
+
+
+def check_env(user, bashrc, ssh_host, timeout, get_bin_path, split_block, find_guard):
+    """The whole check on this node: read user's ~/.bashrc block, run `ssh ssh_host printenv -0` as
+    that user, compare. get_bin_path(name) -> path or None. -> {expected, seen, where, checks}."""
+    try:
+        home = pwd.getpwnam(user).pw_dir
+    except KeyError:
+        return {"expected": {}, "seen": {}, "where": {},
+                "checks": [result("fail", "user %s does not exist" % user, "ansible-playbook site.yml --tags ssh_mesh")]}
+    path = bashrc or os.path.join(home, ".bashrc")
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            text = fh.read()
+    except OSError:
+        text = None
+    layout = block_layout(text, split_block, find_guard)
+    expected = block_exports(layout["block"] or "")
+    names = wanted_names(expected)
+    seen = {}
+    ssh_error = None
+    if layout["block"] and not layout["below_guard"] and names:
+        ssh = get_bin_path("ssh")
+        if not ssh:
+            ssh_error = "ssh client not installed"
+        else:
+            argv = ssh_argv(ssh, ssh_host, timeout)
+            if user != pwd.getpwuid(os.getuid()).pw_name:
+                runuser = get_bin_path("runuser")
+                argv = [runuser, "-u", user, "--"] + argv if runuser else None
+                if argv is None:
+                    ssh_error = "runuser not found: cannot run ssh as %s" % user
+            try:
+                if argv is None:
+                    raise FileNotFoundError
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=2 * timeout + 5,
+                                      check=False, stdin=subprocess.DEVNULL)
+                if proc.returncode == 255:
+                    ssh_error = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
+                else:
+                    seen = parse_env0(proc.stdout, names)
+            except FileNotFoundError:
+                pass
+            except subprocess.TimeoutExpired:
+                ssh_error = "ssh %s did not answer within %ds" % (ssh_host, 2 * timeout + 5)
+    check = decide(path, layout, expected, seen, ssh_error, ssh_host)
+    return {"expected": expected, "seen": seen, "where": {"block": layout["block_line"], "guard": layout["guard_line"]},
+            "checks": [check]}

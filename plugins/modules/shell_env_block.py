@@ -60,6 +60,15 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  check_ssh_host:
+    description:
+      - Afterwards, run M(provision.cluster.shell_env_check)'s check (same code) with this ssh host
+        (this node's name), return its result as C(env_check) (not in check mode when something changed).
+    type: str
+  check_timeout:
+    description: ssh timeout of that check, seconds.
+    type: int
+    default: 10
 notes:
   - Supports check mode and diff mode.
 """
@@ -102,6 +111,10 @@ checks:
   returned: always
   type: list
   elements: dict
+env_check:
+  description: With O(check_ssh_host), the result of the env check (C(expected), C(seen), C(where), C(checks)).
+  returned: when check_ssh_host is set
+  type: dict
 """
 
 import os
@@ -109,8 +122,10 @@ import pwd
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
 from ansible_collections.provision.cluster.plugins.module_utils.bashrc import (
-    deepspeed_keys_of, deepspeed_safe, place_block, remove_block, render_block, update_deepspeed_env)
+    deepspeed_keys_of, deepspeed_safe, find_guard, place_block, remove_block, render_block, split_block,
+    update_deepspeed_env)
 
 
 def _read(path):
@@ -147,6 +162,8 @@ def main():
             deepspeed_env=dict(type="str"),
             deepspeed_vars=dict(type="dict", default={}),
             state=dict(type="str", choices=["present", "absent"], default="present"),
+            check_ssh_host=dict(type="str"),
+            check_timeout=dict(type="int", default=10),
         ),
         supports_check_mode=True,
     )
@@ -204,8 +221,13 @@ def main():
                         % (ds_path, ", ".join(skipped)))
     for warning in warnings:
         module.warn(warning)
-    module.exit_json(changed=changed, diff=diff, block=block, bashrc=bashrc, where=where,
-                     deepspeed_env=ds_path, deepspeed_skipped=skipped, checks=checks)
+    result = dict(changed=changed, diff=diff, block=block, bashrc=bashrc, where=where,
+                  deepspeed_env=ds_path, deepspeed_skipped=skipped, checks=checks)
+    if p["check_ssh_host"] and p["state"] == "present" and not (module.check_mode and changed):
+        # what a non-interactive `ssh node` gets now (the shell_env_check module's check, same code)
+        result["env_check"] = C.check_env(p["user"], p["bashrc"], p["check_ssh_host"], p["check_timeout"],
+                                          module.get_bin_path, split_block, find_guard)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

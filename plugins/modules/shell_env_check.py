@@ -73,10 +73,6 @@ where:
   type: dict
 """
 
-import os
-import pwd
-import subprocess
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import bashrc as B
 from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
@@ -93,49 +89,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    try:
-        home = pwd.getpwnam(p["user"]).pw_dir
-    except KeyError:
-        module.exit_json(changed=False, expected={}, seen={}, where={}, checks=[C.result(
-            "fail", "user %s does not exist" % p["user"], "ansible-playbook site.yml --tags ssh_mesh")])
-    path = p["bashrc"] or os.path.join(home, ".bashrc")
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            text = fh.read()
-    except OSError:
-        text = None
-    layout = C.block_layout(text, B.split_block, B.find_guard)
-    expected = C.block_exports(layout["block"] or "")
-    names = C.wanted_names(expected)
-    seen = {}
-    ssh_error = None
-    if layout["block"] and not layout["below_guard"] and names:
-        ssh = module.get_bin_path("ssh")
-        if not ssh:
-            ssh_error = "ssh client not installed"
-        else:
-            argv = C.ssh_argv(ssh, p["ssh_host"], p["timeout"])
-            if p["user"] != pwd.getpwuid(os.getuid()).pw_name:
-                runuser = module.get_bin_path("runuser")
-                argv = [runuser, "-u", p["user"], "--"] + argv if runuser else None
-                if argv is None:
-                    ssh_error = "runuser not found: cannot run ssh as %s" % p["user"]
-            try:
-                if argv is None:
-                    raise FileNotFoundError
-                proc = subprocess.run(argv, capture_output=True, text=True, timeout=2 * p["timeout"] + 5,
-                                      check=False, stdin=subprocess.DEVNULL)
-                if proc.returncode == 255:
-                    ssh_error = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
-                else:
-                    seen = C.parse_env0(proc.stdout, names)
-            except FileNotFoundError:
-                pass
-            except subprocess.TimeoutExpired:
-                ssh_error = "ssh %s did not answer within %ds" % (p["ssh_host"], 2 * p["timeout"] + 5)
-    check = C.decide(path, layout, expected, seen, ssh_error, p["ssh_host"])
-    module.exit_json(changed=False, expected=expected, seen=seen,
-                     where={"block": layout["block_line"], "guard": layout["guard_line"]}, checks=[check])
+    found = C.check_env(p["user"], p["bashrc"], p["ssh_host"], p["timeout"], module.get_bin_path,
+                        B.split_block, B.find_guard)
+    module.exit_json(changed=False, **found)
 
 
 if __name__ == "__main__":
