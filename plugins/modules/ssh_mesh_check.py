@@ -58,6 +58,15 @@ options:
         report in C(reports), so that the landing check can use these connections instead of its own.
     type: bool
     default: false
+  landing_peers:
+    description:
+      - With O(landing), the identities of the nodes (C(node_runtime.identity) facts of an earlier run,
+        from the fact cache). The landing check of M(provision.cluster.ssh_landing) is then decided from
+        this row's reports and returned as C(landing) when it covers every peer given (their inventory
+        names and hostnames are all in this row); otherwise C(landing) is null.
+    type: list
+    elements: dict
+    default: []
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -110,6 +119,12 @@ reports:
   description: With O(landing), target -> the landing report it printed (for M(provision.cluster.ssh_landing)).
   returned: always
   type: dict
+landing:
+  description:
+    - With O(landing) and O(landing_peers), the landing check's result (as M(provision.cluster.ssh_landing)
+      returns it) when this row covers every peer; else null.
+  returned: always
+  type: dict
 user:
   description: The user ssh ran as (O(user); empty for the module's own user).
   returned: always
@@ -122,7 +137,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import LANDING_SCRIPT, parse_landing_report
+from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
+    LANDING_SCRIPT, check_landing, landing_verdict, parse_landing_report)
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user, classify_ssh_error
 
 
@@ -179,6 +195,24 @@ def attempt(ssh, target, expect, p, deadline, popen_user):
     return cell
 
 
+def landing_from_reports(source, peers, reports):
+    """ssh_landing's result from this row's reports, when they cover every peer's names; else None."""
+    if not peers:
+        return None
+    pairs = []
+    for peer in peers:
+        for alias in dict.fromkeys(a for a in (peer.get("name"), peer.get("hostname")) if a):
+            if alias not in reports:
+                return None
+            try:
+                reported = parse_landing_report(reports[alias])
+            except ValueError:
+                return None
+            ok, reason = landing_verdict(alias, peer, reported)
+            pairs.append({"alias": alias, "peer": peer.get("name"), "ok": ok, "reason": reason, "from_mesh": True})
+    return {"changed": False, "checks": [check_landing(source, pairs)], "pairs": pairs}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -190,6 +224,7 @@ def main():
             command=dict(type="str", default="hostname"),
             retries=dict(type="int", default=1),
             landing=dict(type="bool", default=False),
+            landing_peers=dict(type="list", elements="dict", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -212,11 +247,12 @@ def main():
         futures = [pool.submit(run_cell, ssh, name, expect, p, deadline, popen_user) for name, expect in targets]
         row = [f.result() for f in futures]
     reports = {c["target"]: c.pop("report") for c in row if "report" in c}
+    landing = landing_from_reports(p["source"], p["landing_peers"], reports) if p["landing"] else None
     failed = [c for c in row if not c["ok"]]
     checks = [{"check": "ssh %s->%s" % (c["source"], c["target"]), "status": "pass" if c["ok"] else "fail",
                "detail": c["detail"], "fix": c["fix"]} for c in row]
     module.exit_json(changed=False, row=row, cells={c["target"]: "ok" if c["ok"] else c["error"] for c in row},
-                     failed_cells=failed, checks=checks, reports=reports, user=p["user"] or "")
+                     failed_cells=failed, checks=checks, reports=reports, user=p["user"] or "", landing=landing)
 
 
 if __name__ == "__main__":
