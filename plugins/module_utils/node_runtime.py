@@ -681,6 +681,14 @@ def token_name(token):
     return (token or "").split()[0] if (token or "").split() else ""
 
 
+def landing_pair(alias, expected, text):
+    """One landing result from the output of LANDING_SCRIPT run through `ssh alias`:
+    {alias, peer, ok, reason, reported}. Raises ValueError when the output is not a report."""
+    reported = parse_landing_report(text)
+    ok, reason = landing_verdict(alias, expected, reported)
+    return {"alias": alias, "peer": expected.get("name"), "ok": ok, "reason": reason, "reported": reported}
+
+
 def landing_verdict(alias, expected, reported):
     """Did `ssh alias` land in `expected` (identity of the inventory node)? -> (ok, reason)."""
     problems = []

@@ -310,6 +310,13 @@ def cached_versions(cache_path, key, python=None, packages=()):
     return versions
 
 
+def cached_check(versions):
+    """The verify contract for an answer read from the versions cache."""
+    return {"check": "python_env", "status": "pass", "fix": "",
+            "detail": f"python {versions.get('python')} torch {versions.get('torch')} "
+                      "(environment unchanged since the last probe)"}
+
+
 def installed_versions(python, names):
     """{name: version or None} from the *.dist-info names of the environment's site-packages."""
     found = {}

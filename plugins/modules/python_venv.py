@@ -229,9 +229,7 @@ def main():
         facts["python_env_versions"] = cached
         module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
                          versions_cached=True,
-                         check={"check": "python_env", "status": "pass", "fix": "",
-                                "detail": f"python {cached.get('python')} torch {cached.get('torch')} "
-                                          "(environment unchanged since the last probe)"})
+                         check=P.cached_check(cached))
     module.exit_json(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts,
                      versions_cached=False)
 

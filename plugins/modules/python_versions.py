@@ -103,10 +103,7 @@ def main():
     key = P.probe_cache_key(p["python"]) if p["cache"] else None
     cached = P.cached_versions(p["cache"], key, p["python"], p["packages"]) if key else None
     if cached is not None:
-        check = {"check": "python_env", "status": "pass",
-                 "detail": f"python {cached['python']} torch {cached['torch']} (environment unchanged since the last probe)",
-                 "fix": ""}
-        module.exit_json(changed=False, cached=True, check=check, ansible_facts={"python_env_versions": cached})
+        module.exit_json(changed=False, cached=True, check=P.cached_check(cached), ansible_facts={"python_env_versions": cached})
     argv = [p["python"], "-c", P.VERSIONS_PROBE, json.dumps(p["packages"])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["timeout"], check=False)

@@ -97,7 +97,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    LANDING_SCRIPT, check_landing, landing_verdict, parse_landing_report,
+    LANDING_SCRIPT, check_landing, landing_pair,
 )
 
 
@@ -113,11 +113,9 @@ def probe(ssh_argv, alias, peer, timeout):
         err = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
         return {"alias": alias, "peer": peer["name"], "ok": False, "reason": "`ssh %s` failed: %s" % (alias, err)}
     try:
-        reported = parse_landing_report(proc.stdout)
+        return landing_pair(alias, peer, proc.stdout)
     except ValueError as exc:
         return {"alias": alias, "peer": peer["name"], "ok": False, "reason": "`ssh %s`: %s" % (alias, exc)}
-    ok, reason = landing_verdict(alias, peer, reported)
-    return {"alias": alias, "peer": peer["name"], "ok": ok, "reason": reason, "reported": reported}
 
 
 def from_report(alias, peer, text):
@@ -126,12 +124,10 @@ def from_report(alias, peer, text):
     if not text or not peer.get("token"):
         return None
     try:
-        reported = parse_landing_report(text)
+        pair = landing_pair(alias, peer, text)
     except ValueError:
         return None
-    ok, reason = landing_verdict(alias, peer, reported)
-    return {"alias": alias, "peer": peer["name"], "ok": True, "reason": "", "reported": reported,
-            "from_mesh": True} if ok else None
+    return dict(pair, from_mesh=True) if pair["ok"] else None
 
 
 def main():

@@ -138,7 +138,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    LANDING_SCRIPT, check_landing, landing_verdict, parse_landing_report)
+    LANDING_SCRIPT, check_landing, landing_pair, parse_landing_report)
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user, classify_ssh_error
 
 
@@ -205,11 +205,10 @@ def landing_from_reports(source, peers, reports):
             if alias not in reports:
                 return None
             try:
-                reported = parse_landing_report(reports[alias])
+                pair = landing_pair(alias, peer, reports[alias])
             except ValueError:
                 return None
-            ok, reason = landing_verdict(alias, peer, reported)
-            pairs.append({"alias": alias, "peer": peer.get("name"), "ok": ok, "reason": reason, "from_mesh": True})
+            pairs.append(dict(pair, from_mesh=True))
     return {"changed": False, "checks": [check_landing(source, pairs)], "pairs": pairs}
 
 

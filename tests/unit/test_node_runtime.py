@@ -291,6 +291,18 @@ def test_landing_ok_and_wrong_node():
     assert ok["boot_id"] == wrong["boot_id"]
 
 
+def test_landing_pair_from_a_captured_report():
+    """The one parse-and-judge step shared by ssh_landing (its own ssh) and ssh_mesh_check (its reports)."""
+    text = (RT / "landing-node1-to-node2-ok.txt").read_text()
+    node2 = _expected("node2", "10.89.231.12", nr.parse_landing_report(text)["token"])
+    pair = nr.landing_pair("node2", node2, text)
+    assert pair["ok"] and pair["peer"] == "node2" and pair["reason"] == "" and pair["reported"]["hostname"] == "node2"
+    wrong = nr.landing_pair("node2", node2, (RT / "landing-node1-to-node2-wrong-node1.txt").read_text())
+    assert not wrong["ok"] and wrong["reason"].startswith("`ssh node2` landed on node1")
+    with pytest.raises(ValueError):
+        nr.landing_pair("node2", node2, "node2\n")
+
+
 def test_landing_with_inventory_only_peers():
     ok = nr.parse_landing_report((RT / "landing-node1-to-node2-ok.txt").read_text())
     wrong = nr.parse_landing_report((RT / "landing-node1-to-node2-wrong-node1.txt").read_text())
