@@ -50,10 +50,11 @@ time.sleep(600)
 
 
 def _wheelhouse() -> Path:
-    if not list(WHEELHOUSE.glob("torch-2.13.0*.whl")):
+    # torch does not require numpy, but the nodes install both (torch warns without it)
+    if not list(WHEELHOUSE.glob("torch-2.13.0*.whl")) or not list(WHEELHOUSE.glob("numpy-*.whl")):
         WHEELHOUSE.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
-                               str(WHEELHOUSE), "torch==2.13.0"], capture_output=True, text=True, timeout=900)
+                               str(WHEELHOUSE), "torch==2.13.0", "numpy"], capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             pytest.skip(f"cannot build a torch 2.13.0 wheelhouse on the controller: {proc.stderr[-300:]}")
     return WHEELHOUSE
