@@ -1,0 +1,90 @@
+"""provision.cluster.lean_jsonfile: the fact cache ansible.cfg uses, without Origin tags.
+
+Through ansible-playbook (the plugin loads from ansible.cfg, cached facts come back equal in a
+second run, the files hold no source positions) and on ansible-core's own encoding of tagged values
+(trust and vault tags survive)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import helpers
+from ansible._internal._datatag._tags import Origin, TrustedAsTemplate
+from ansible._internal._json._profiles import _cache_persistence
+from ansible.module_utils._internal._datatag import AnsibleTagHelper
+from ansible_collections.provision.cluster.plugins.cache import lean_jsonfile
+
+SET = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - ansible.builtin.set_fact:
+        lean_plain: "{{ 'node' ~ 1 }}"
+        lean_nested: {env: {NCCL_SOCKET_IFNAME: "{{ 'eth' ~ 1 }}"}, ports: "{{ [29500, 2222] }}", rank: "{{ 3 }}"}
+        cacheable: true
+"""
+GET = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - ansible.builtin.debug:
+        msg: "LEAN {{ {'plain': lean_plain, 'nested': lean_nested} | to_json }}"
+"""
+
+
+def _play(tmp_path, text, cache):
+    book = tmp_path / "play.yml"
+    book.write_text(text)
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"h1 ansible_connection=local ansible_python_interpreter={helpers.BIN / 'python'}\n")
+    env = helpers.ansible_env(ANSIBLE_CACHE_PLUGIN_CONNECTION=str(cache))
+    env.pop("PROVISION_LAB_NAME", None)
+    proc = subprocess.run([helpers.tool("ansible-playbook"), "-i", str(inv), str(book)], capture_output=True,
+                          text=True, env=env, cwd=helpers.REPO, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # a cache plugin that does not load makes ansible fall back to memory with a warning only
+    assert "[WARNING]" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_cached_facts_come_back_without_positions(tmp_path):
+    cache = tmp_path / "cache"
+    _play(tmp_path, SET, cache)
+    files = list(cache.iterdir())
+    assert [f.name for f in files] == ["s1_h1"]
+    stored = files[0].read_text()
+    assert "Origin" not in stored and "line_num" not in stored
+    out = _play(tmp_path, GET, cache)
+    line = next(ln for ln in out.splitlines() if "LEAN " in ln)
+    got = json.loads(json.loads("{%s}" % line.strip().rstrip(","))["msg"][len("LEAN "):])
+    assert got == {"plain": "node1", "nested": {"env": {"NCCL_SOCKET_IFNAME": "eth1"}, "ports": [29500, 2222], "rank": 3}}
+
+
+def _encode(value):
+    return {lean_jsonfile.PAYLOAD_KEY: json.dumps(value, cls=_cache_persistence.Encoder)}
+
+
+def _decode(entry):
+    return json.loads(entry[lean_jsonfile.PAYLOAD_KEY], cls=_cache_persistence.Decoder)
+
+
+def test_only_origin_tags_are_dropped():
+    trusted = TrustedAsTemplate().tag(Origin(path="/x.yml", line_num=3).tag("{{ foo }}"))
+    placed = Origin(path="/y.yml", line_num=1).tag("plain")
+    listed = Origin(path="/z.yml", line_num=2).tag([placed, 2])
+    entry = _encode({"a": trusted, "b": placed, "c": listed, "d": {"e": placed}})
+    assert "Origin" in entry[lean_jsonfile.PAYLOAD_KEY]
+    lean = lean_jsonfile.lean_entry(entry)
+    assert "Origin" not in lean[lean_jsonfile.PAYLOAD_KEY]
+    back = _decode(lean)
+    assert back == {"a": "{{ foo }}", "b": "plain", "c": ["plain", 2], "d": {"e": "plain"}}
+    assert AnsibleTagHelper.tag_types(back["a"]) == {TrustedAsTemplate}
+    assert AnsibleTagHelper.tag_types(back["b"]) == set()
+
+
+def test_unknown_shapes_are_kept():
+    assert lean_jsonfile.lean_entry({"other": 1}) == {"other": 1}
+    assert lean_jsonfile.lean_entry({"__payload__": "not json"}) == {"__payload__": "not json"}
+    odd = {"__ansible_type": "_AnsibleTaggedSet", "value": [1], "tags": [{"__ansible_type": "Origin", "path": "p"}]}
+    assert lean_jsonfile.strip_origins(odd) == odd
