@@ -74,6 +74,10 @@ EXAMPLES = r"""
 RETURN = r"""
 found: {description: pdsh is installed., returned: always, type: bool}
 rcmd_default_supported: {description: The pdsh wrapper reads rcmd_default., returned: always, type: bool}
+checked:
+  description: pdsh was run from this node in this call (O(check), or O(check_if_changed) and the files changed).
+  returned: always
+  type: bool
 answers: {description: node -> hostname it answered with., returned: when check ran, type: dict, sample: {node1: node1}}
 missing:
   description: Nodes that did not answer (or answered wrongly), with pdsh's error line.
@@ -124,7 +128,7 @@ def main():
     p = module.params
     pdsh = module.get_bin_path("pdsh")
     if not pdsh:
-        module.exit_json(changed=False, found=False, rcmd_default_supported=False, missing=[], checks=[])
+        module.exit_json(changed=False, found=False, rcmd_default_supported=False, missing=[], checks=[], checked=False)
     wrapper = _read(pdsh) if os.path.getsize(pdsh) < 65536 else ""
     rcmd_supported = bool(wrapper) and p["rcmd_default_path"] in (wrapper or "")
     files = [(p["hosts_file"], "".join(h + "\n" for h in p["hosts"]))]
@@ -144,7 +148,7 @@ def main():
                 handle.write(content)
             os.chmod(tmp, 0o644)
             module.atomic_move(tmp, path)
-    result = dict(changed=changed, found=True, rcmd_default_supported=rcmd_supported, missing=[], checks=[])
+    result = dict(changed=changed, found=True, rcmd_default_supported=rcmd_supported, missing=[], checks=[], checked=False)
     if diffs and module._diff:
         result["diff"] = diffs
     if (p["check"] or (p["check_if_changed"] and changed)) and not (module.check_mode and changed):
@@ -163,7 +167,7 @@ def main():
         expect = p["expect_hostnames"] or p["hosts"]
         missing = missing_answers(p["hosts"], expect, answers, errors)
         source = socket.gethostname()
-        result.update(answers=answers, missing=missing, checks=[{
+        result.update(answers=answers, missing=missing, checked=True, checks=[{
             "check": "pdsh from %s" % source, "status": "fail" if missing else "pass",
             "detail": "; ".join(missing) or "%d/%d nodes answered" % (len(answers), len(p["hosts"])),
             "fix": "run the ssh_mesh and pdsh stages; try `PDSH_RCMD_TYPE=ssh pdsh -w ^%s hostname`"
