@@ -28,6 +28,11 @@ options:
     type: list
     elements: str
     default: []
+  path_fact:
+    description:
+      - Name of a fact to set to the expanded directory (the launchers role sets C(launchers_path)),
+        so that no extra task is needed to record it.
+    type: str
 notes:
   - Supports check mode and diff mode.
 author: provision developers
@@ -57,6 +62,11 @@ removed:
   returned: always
   type: list
   elements: str
+ansible_facts:
+  description: O(path_fact) set to the expanded directory.
+  returned: when O(path_fact) is set
+  type: dict
+  sample: {"launchers_path": "/root/.provision/launch"}
 """
 
 import os
@@ -74,6 +84,7 @@ def main():
             owner=dict(type="str"),
             files=dict(type="dict", required=True),
             absent=dict(type="list", elements="str", default=[]),
+            path_fact=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -93,6 +104,7 @@ def main():
         if "/" in name or not isinstance(spec, dict) or "content" not in spec:
             module.fail_json(msg="launch_dir: bad entry %r (needs a plain name and {content, mode})" % name)
 
+    facts = {"ansible_facts": {module.params["path_fact"]: path}} if module.params["path_fact"] else {}
     made_dir = not os.path.isdir(path)
     todo = plan_files(path, files) if not made_dir else [(n, "missing") for n in sorted(files)]
     removed = [n for n in module.params["absent"] if os.path.lexists(os.path.join(path, n))]
@@ -100,7 +112,7 @@ def main():
              "before": read_text(os.path.join(path, n)), "after": files[n]["content"]} for n, _ in todo]
     changed = bool(made_dir or todo or removed)
     if module.check_mode or not changed:
-        module.exit_json(changed=changed, path=path, written=[n for n, _ in todo], removed=removed, diff=diff)
+        module.exit_json(changed=changed, path=path, written=[n for n, _ in todo], removed=removed, diff=diff, **facts)
 
     if made_dir:
         os.makedirs(path, mode=0o755)
@@ -119,7 +131,7 @@ def main():
         os.chown(dest, uid, gid)
     for name in removed:
         os.unlink(os.path.join(path, name))
-    module.exit_json(changed=True, path=path, written=[n for n, _ in todo], removed=removed, diff=diff)
+    module.exit_json(changed=True, path=path, written=[n for n, _ in todo], removed=removed, diff=diff, **facts)
 
 
 if __name__ == "__main__":
