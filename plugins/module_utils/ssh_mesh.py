@@ -145,8 +145,11 @@ def authorized_keys_lines(keys):
     return out
 
 
-def ssh_config_lines(nodes, user, identity_file):
-    """Host entries so that plain `ssh <name>` reaches the node on the right port and key."""
+def ssh_config_lines(nodes, user, identity_file, kex_algorithms=None):
+    """Host entries so that plain `ssh <name>` reaches the node on the right port and key.
+
+    kex_algorithms: the KexAlgorithms line's list (see kex_preference), or nothing for ssh's own.
+    """
     out = []
     for node in nodes:
         out += [
@@ -158,7 +161,30 @@ def ssh_config_lines(nodes, user, identity_file):
             "    IdentitiesOnly yes",
             "    BatchMode yes",
         ]
+        if kex_algorithms:
+            out.append("    KexAlgorithms %s" % ",".join(kex_algorithms))
     return out
+
+
+def effective_kex(ssh_g_output):
+    """The key exchange algorithms of `ssh -G HOST` output, in ssh's order ([] when absent)."""
+    for line in ssh_g_output.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key.lower() == "kexalgorithms":
+            return [a for a in value.strip().split(",") if a]
+    return []
+
+
+def kex_preference(preferred, effective):
+    """ssh's own list (system policy included) with the preferred algorithms it allows moved to the
+    front, in the preferred order; [] (leave ssh's default alone) when it allows none of them.
+
+    Nothing ssh does not already allow is added: a crypto policy that removed an algorithm wins.
+    """
+    first = [a for a in preferred if a in effective]
+    if not first:
+        return []
+    return first + [a for a in effective if a not in first]
 
 
 def etc_hosts_lines(nodes):

@@ -182,3 +182,28 @@ def test_pam_loginuid_made_optional_on_real_debian_file():
     assert "session    optional     pam_loginuid.so" in new
     assert new.replace("optional     pam_loginuid", "required     pam_loginuid") == text
     assert sshd.pam_loginuid_optional(new) is None
+
+
+def test_kex_preference_from_real_ssh_G_output():
+    effective = ssh_mesh.effective_kex((OURS / "ssh-G-debian12-openssh9.2.txt").read_text())
+    # OpenSSH 9.2's own order: the slow post-quantum hybrid first
+    assert effective[:3] == ["sntrup761x25519-sha512", "sntrup761x25519-sha512@openssh.com", "curve25519-sha256"]
+    got = ssh_mesh.kex_preference(["mlkem768x25519-sha256", "curve25519-sha256", "curve25519-sha256@libssh.org"],
+                                  effective)
+    # ML-KEM is unknown to 9.2 and left out; curve25519 first; nothing lost, nothing added
+    assert got[:2] == ["curve25519-sha256", "curve25519-sha256@libssh.org"]
+    assert sorted(got) == sorted(effective)
+    assert ssh_mesh.kex_preference(got[:2], got) == got  # stable on a second run
+
+
+def test_kex_preference_respects_a_policy_and_empty_preference():
+    fips = ["ecdh-sha2-nistp256", "ecdh-sha2-nistp384", "diffie-hellman-group14-sha256"]
+    assert ssh_mesh.kex_preference(["curve25519-sha256"], fips) == []
+    assert ssh_mesh.kex_preference([], ["curve25519-sha256"]) == []
+    assert ssh_mesh.effective_kex("user root\nport 22\n") == []
+
+
+def test_ssh_config_kex_line_per_host_only_when_given():
+    with_kex = ssh_mesh.ssh_config_lines(NODES, "root", "~/.ssh/id_ed25519", ["curve25519-sha256", "x"])
+    assert with_kex.count("    KexAlgorithms curve25519-sha256,x") == len(NODES)
+    assert not any("KexAlgorithms" in line for line in ssh_mesh.ssh_config_lines(NODES, "root", "~/.ssh/id_ed25519"))
