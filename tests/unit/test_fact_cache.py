@@ -88,3 +88,35 @@ def test_unknown_shapes_are_kept():
     assert lean_jsonfile.lean_entry({"__payload__": "not json"}) == {"__payload__": "not json"}
     odd = {"__ansible_type": "_AnsibleTaggedSet", "value": [1], "tags": [{"__ansible_type": "Origin", "path": "p"}]}
     assert lean_jsonfile.strip_origins(odd) == odd
+
+
+PREFLIGHT = """\
+- name: Preflight
+  ansible.builtin.import_playbook: {repo}/playbooks/preflight.yml
+- hosts: cluster
+  gather_facts: false
+  tasks:
+    - ansible.builtin.debug:
+        msg: "PORT {{{{ cluster_master_port }}}}"
+      run_once: true
+"""
+
+
+def test_an_edited_inventory_port_is_not_shadowed_by_cached_facts(tmp_path):
+    """preflight's cluster_* facts must not be cached: a cached fact outranks inventory variables,
+    so an edited cluster_master_port would be ignored for as long as the cache lives."""
+    book = tmp_path / "play.yml"
+    book.write_text(PREFLIGHT.format(repo=helpers.REPO))
+    env = helpers.ansible_env(ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "cache"))
+    env.pop("PROVISION_LAB_NAME", None)
+    seen = []
+    for port in (29511, 29512):
+        inv = tmp_path / "hosts.ini"
+        inv.write_text("[cluster]\nn1 cluster_address=127.0.0.11\nn2 cluster_address=127.0.0.12\n[cluster:vars]\n"
+                       f"ansible_connection=local\nansible_python_interpreter={helpers.BIN / 'python'}\n"
+                       f"cluster_master_port={port}\n")
+        proc = subprocess.run([helpers.tool("ansible-playbook"), "-i", str(inv), str(book)], capture_output=True,
+                              text=True, env=env, cwd=helpers.REPO, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        seen += [int(line.split("PORT ")[1].strip('"')) for line in proc.stdout.splitlines() if '"PORT ' in line]
+    assert seen == [29511, 29512]
