@@ -92,7 +92,9 @@ def run_once(nodes: list[dict], python: str, variant: dict, sizes: list[int], ru
     last = res["sweep"][-1]
     _, busbw = bandwidth(last["bytes"], last["time_s"], res["world_size"])
     tcp = min(p["gbps"] for p in res["tcp"])
-    return {"busbw": busbw, "tcp": tcp, "ratio": busbw / tcp if tcp else 0.0, "correct": res.get("correct")}
+    ring = min((p.get("gbps") or 0.0 for p in res.get("tcp_ring") or []), default=0.0)
+    return {"busbw": busbw, "tcp": tcp, "ratio": busbw / tcp if tcp else 0.0, "correct": res.get("correct"),
+            "ring": ring, "ratio_ring": busbw / ring if ring else 0.0}
 
 
 def main(argv=None) -> int:
@@ -119,7 +121,8 @@ def main(argv=None) -> int:
                 print(f"  {name:<15} run {rep + 1}: ERROR {res['error']}")
             else:
                 print(f"  {name:<15} run {rep + 1}: busbw {res['busbw']:.3f} GB/s  TCP {res['tcp']:.3f} GB/s  "
-                      f"ratio {res['ratio']:.2f}  sum {'ok' if res['correct'] else 'WRONG'}  "
+                      f"ratio {res['ratio']:.2f}  TCP ring {res['ring']:.3f} GB/s  ratio_ring {res['ratio_ring']:.2f}  "
+                      f"sum {'ok' if res['correct'] else 'WRONG'}  "
                       f"({time.monotonic() - t0:.0f} s)")
     print("median per variant:")
     for name in names:
@@ -127,7 +130,9 @@ def main(argv=None) -> int:
         if ok:
             print(f"  {name:<15} ratio {statistics.median(r['ratio'] for r in ok):.2f}  busbw "
                   f"{statistics.median(r['busbw'] for r in ok):.3f} GB/s  TCP "
-                  f"{statistics.median(r['tcp'] for r in ok):.3f} GB/s  ({len(ok)} runs) {VARIANTS[name]}")
+                  f"{statistics.median(r['tcp'] for r in ok):.3f} GB/s  TCP ring "
+                  f"{statistics.median(r['ring'] for r in ok):.3f} GB/s  ratio_ring "
+                  f"{statistics.median(r['ratio_ring'] for r in ok):.2f}  ({len(ok)} runs) {VARIANTS[name]}")
     return 0
 
 

@@ -289,6 +289,10 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
     big = [row for row in rows if row["bytes"] >= ratio_min_bytes] or rows[-1:]
     busbw_big = max((row["busbw"] for row in big), default=None)
     ratio = round(busbw_big / tcp_gbps, 3) if busbw_big is not None and tcp_gbps else None
+    # every node sending to the next at once (the all-reduce's own traffic): the ceiling of busbw
+    ring = [p for p in (first.get("tcp_ring") or [])] if first else []
+    ring_gbps = min((p.get("gbps") or 0.0 for p in ring), default=None) or None
+    ratio_ring = round(busbw_big / ring_gbps, 3) if busbw_big is not None and ring_gbps else None
     failures = diagnose(hosts, master_addr, master_port, holder)
     warnings = []
     for h in hosts:
@@ -321,6 +325,7 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
         "master": f"{master_addr}:{master_port}",
         "correct": bool(ranks) and all(r.get("correct") for r in ranks) and len(ranks) == world,
         "rows": rows, "tcp": tcp, "tcp_gbps": tcp_gbps, "busbw_gbps": busbw_big, "ratio": ratio,
+        "tcp_ring": ring, "tcp_ring_gbps": ring_gbps, "ratio_ring": ratio_ring,
         "interfaces": {h["host"]: (h.get("status") or {}).get("env_used", {}).get("GLOO_SOCKET_IFNAME")
                        or (h.get("nccl") or {}).get("net_interfaces") for h in hosts},
         "nccl": {h["host"]: h["nccl"] for h in hosts if h.get("nccl")},
@@ -338,8 +343,16 @@ def table_lines(result: dict) -> list[str]:
         lines.append(f"{human_size(row['bytes']):>10} {row['time_us']:>12.1f} {row['algbw']:>12.3f} {row['busbw']:>12.3f}")
     for probe in result.get("tcp") or []:
         lines.append(f"TCP one-way {probe.get('src')} -> {probe.get('dst')}: {probe.get('gbps', 0):.3f} GB/s")
+    for probe in result.get("tcp_ring") or []:
+        lines.append(f"TCP ring (all links at once) {probe.get('src')} -> {probe.get('dst')}: "
+                     f"{probe.get('gbps', 0):.3f} GB/s" + (f" ({probe['error']})" if probe.get("error") else ""))
     if result.get("ratio") is not None:
-        lines.append(f"busbw/TCP ratio: {result['ratio']:.2f} (busbw {result['busbw_gbps']:.3f} GB/s)")
+        lines.append(f"busbw/TCP ratio: {result['ratio']:.2f} (busbw {result['busbw_gbps']:.3f} GB/s)"
+                     + (f"; busbw/TCP ring: {result['ratio_ring']:.2f}" if result.get("ratio_ring") is not None else ""))
+    ring, one_way = result.get("tcp_ring_gbps"), result.get("tcp_gbps")
+    if ring and one_way and ring < 0.8 * one_way:
+        lines.append(f"note: with every link busy at once TCP carries {ring:.3f} GB/s per link, {ring / one_way:.2f} of "
+                     f"one-way: the path is CPU-bound or not full duplex, and busbw cannot exceed that")
     for item in result.get("warnings", []) + result.get("failures", []):
         lines.append(f"{item['status'].upper()}: {item['detail']} -- fix: {item['fix']}")
     return lines

@@ -327,8 +327,10 @@ def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_ra
     res["mismatches"] = mismatches
     res["phase"] = "probe"
     if cfg.get("tcp_probe_seconds", 1.0) and world > 1:
-        res["tcp"] = tcp_probe(store, rank, peers, float(cfg.get("tcp_probe_seconds", 1.0)),
-                               dist, cfg.get("address"))
+        seconds = float(cfg.get("tcp_probe_seconds", 1.0))
+        res["tcp"] = tcp_probe(store, rank, peers, seconds, dist, cfg.get("address"))
+        if cfg.get("tcp_ring_probe", True):
+            res["tcp_ring"] = ring_probe(store, rank, peers, seconds, dist, cfg.get("address"))
     res["phase"] = "done"
 
 
@@ -355,6 +357,40 @@ def tcp_probe(store, rank, peers, seconds, dist, address):
             results.append(json.loads(store.get(f"{key}/result")))
         results[-1].update({"src": src["host"], "dst": dst["host"]})
     return results
+
+
+def ring_probe(store, rank, peers, seconds, dist, address):
+    """Every node sends to the next node and receives from the previous one, all at once (the
+    traffic of a ring all-reduce; with 2 nodes: both directions at once). Each link's rate."""
+    import threading
+
+    reps = sorted((p for p in peers if p["local_rank"] == 0), key=lambda p: p["node_rank"])
+    if len(reps) < 2:
+        return []
+    me = next((i for i, p in enumerate(reps) if p["rank"] == rank), None)
+    dist.barrier()
+    if me is not None:
+        key_in, key_out = f"ring/{me}", f"ring/{(me + 1) % len(reps)}"
+        got = []
+
+        def receive():
+            try:
+                got.append(_probe_receive(store, key_in, seconds, address))
+            except (OSError, ValueError) as exc:
+                got.append({"gbps": 0.0, "error": one_line(exc)})
+
+        receiver = threading.Thread(target=receive, daemon=True)
+        receiver.start()
+        try:
+            _probe_send(store, key_out, seconds)
+        except OSError as exc:
+            got.append({"gbps": 0.0, "error": "send: " + one_line(exc)})
+        receiver.join(seconds + 60)
+        link = dict(got[0] if got else {"gbps": 0.0, "error": "no answer"}, src=reps[me - 1]["host"],
+                    dst=reps[me]["host"])
+        store.set(f"{key_in}/link", json.dumps(link))
+    dist.barrier()
+    return [json.loads(store.get(f"ring/{i}/link")) for i in range(len(reps))]
 
 
 def _probe_receive(store, key, seconds, address):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -209,6 +211,58 @@ def test_summarize_table_ratio_and_thresholds():
     assert slow["status"] == "fail"
     assert [f["check"] for f in slow["failures"]] == ["busbw", "ratio"]
     assert "below allreduce_smoke_min_ratio 0.7" in slow["failures"][1]["detail"]
+
+
+def test_summarize_reads_busbw_against_the_ring_probe_too():
+    hosts = [_ok_host("node1", 0), _ok_host("node2", 1)]
+    hosts[0]["ranks"][0]["tcp_ring"] = [{"src": "node2", "dst": "node1", "gbps": 0.8},
+                                        {"src": "node1", "dst": "node2", "gbps": 0.6}]
+    result = ar.summarize(hosts, master_addr="10.0.0.1", master_port=29500)
+    busbw = (64 << 20) / 0.1 / 1e9
+    assert result["tcp_ring_gbps"] == 0.6                 # the slowest link while all are busy
+    assert result["ratio_ring"] == pytest.approx(busbw / 0.6, abs=1e-3)
+    lines = ar.table_lines(result)
+    assert "TCP ring (all links at once) node1 -> node2: 0.600 GB/s" in lines
+    assert any(ln.startswith("busbw/TCP ratio: 0.67") and "busbw/TCP ring: 1.12" in ln for ln in lines)
+    assert any(ln.startswith("note: with every link busy at once TCP carries 0.600 GB/s per link, 0.60 of one-way")
+               for ln in lines)
+    # no ring probe (older worker, or allreduce_smoke_tcp_ring_probe: false): nothing about it
+    plain = ar.summarize([_ok_host("node1", 0), _ok_host("node2", 1)], master_addr="a", master_port=1)
+    assert plain["ratio_ring"] is None and not any("ring" in ln for ln in ar.table_lines(plain))
+
+
+class _Store:
+    """TCPStore's set/get (get waits for the key) for the probes, in one process."""
+
+    def __init__(self):
+        self.data, self.cond = {}, threading.Condition()
+
+    def set(self, key, value):
+        with self.cond:
+            self.data[key] = value.encode() if isinstance(value, str) else value
+            self.cond.notify_all()
+
+    def get(self, key):
+        with self.cond:
+            assert self.cond.wait_for(lambda: key in self.data, timeout=30), key
+            return self.data[key]
+
+
+def test_ring_probe_sends_both_ways_at_once_on_loopback():
+    store, barrier = _Store(), threading.Barrier(2)
+    dist = types.SimpleNamespace(barrier=lambda: barrier.wait(timeout=30))
+    peers = [{"local_rank": 0, "node_rank": i, "rank": i, "host": "n%d" % i} for i in range(2)]
+    out = {}
+    threads = [threading.Thread(target=lambda r=r: out.update({r: worker.ring_probe(store, r, peers, 0.3, dist,
+                                                                                      "127.0.0.1")}))
+               for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert out[0] == out[1]
+    assert [(link["src"], link["dst"]) for link in out[0]] == [("n1", "n0"), ("n0", "n1")]
+    assert all(link["gbps"] > 0 and link["bytes"] > 0 and "error" not in link for link in out[0])
 
 
 def test_summarize_without_results_fails():

@@ -121,7 +121,7 @@ def _order(nodes: list[str]):
 def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
     """The all-reduce figures as nccl-tests prints them (size, time, algbw, busbw)."""
     head = ", ".join(f"{k}: {smoke[k]}" for k in ("backend", "world_size", "nodes", "master", "correct",
-                                                    "busbw_gbps", "tcp_gbps", "ratio")
+                                                    "busbw_gbps", "tcp_gbps", "ratio", "tcp_ring_gbps", "ratio_ring")
                      if smoke.get(k) is not None)
     table = make_table(f"all-reduce ({head})", ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)"])
     for r in smoke.get("rows") or []:
