@@ -361,7 +361,10 @@ def tcp_probe(store, rank, peers, seconds, dist, address):
 
 def ring_probe(store, rank, peers, seconds, dist, address):
     """Every node sends to the next node and receives from the previous one, all at once (the
-    traffic of a ring all-reduce; with 2 nodes: both directions at once). Each link's rate."""
+    traffic of a ring all-reduce; with 2 nodes: both directions at once). Each link's rate.
+
+    The store is used from this thread only (a TCPStore client is not safe to share between a
+    thread blocked in get() and another one calling set())."""
     import threading
 
     reps = sorted((p for p in peers if p["local_rank"] == 0), key=lambda p: p["node_rank"])
@@ -370,36 +373,42 @@ def ring_probe(store, rank, peers, seconds, dist, address):
     me = next((i for i, p in enumerate(reps) if p["rank"] == rank), None)
     dist.barrier()
     if me is not None:
-        key_in, key_out = f"ring/{me}", f"ring/{(me + 1) % len(reps)}"
+        srv = _listen(store, f"ring/{me}", seconds, address)
         got = []
 
         def receive():
             try:
-                got.append(_probe_receive(store, key_in, seconds, address))
-            except (OSError, ValueError) as exc:
+                got.append(_receive(srv, seconds))
+            except OSError as exc:
                 got.append({"gbps": 0.0, "error": one_line(exc)})
 
         receiver = threading.Thread(target=receive, daemon=True)
         receiver.start()
         try:
-            _probe_send(store, key_out, seconds)
+            _probe_send(store, f"ring/{(me + 1) % len(reps)}", seconds)
         except OSError as exc:
             got.append({"gbps": 0.0, "error": "send: " + one_line(exc)})
         receiver.join(seconds + 60)
         link = dict(got[0] if got else {"gbps": 0.0, "error": "no answer"}, src=reps[me - 1]["host"],
                     dst=reps[me]["host"])
-        store.set(f"{key_in}/link", json.dumps(link))
+        store.set(f"ring/{me}/link", json.dumps(link))
     dist.barrier()
     return [json.loads(store.get(f"ring/{i}/link")) for i in range(len(reps))]
 
 
-def _probe_receive(store, key, seconds, address):
+def _listen(store, key, seconds, address):
+    """A listening socket on this node's address, published in the store under key."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((address or "0.0.0.0", 0))
     srv.listen(1)
     srv.settimeout(seconds + 30)
     store.set(key, f"{srv.getsockname()[0]}:{srv.getsockname()[1]}")
+    return srv
+
+
+def _receive(srv, seconds):
+    """Accept one sender on srv and read until it closes: bytes, seconds and GB/s."""
     conn, _ = srv.accept()
     conn.settimeout(seconds + 30)
     buf = bytearray(PROBE_BUF)
@@ -418,8 +427,11 @@ def _probe_receive(store, key, seconds, address):
     conn.close()
     srv.close()
     span = (last - first) if first is not None and last is not None else 0.0
-    result = {"bytes": total, "seconds": round(span, 4),
-              "gbps": round(total / span / 1e9, 4) if span > 0 else 0.0}
+    return {"bytes": total, "seconds": round(span, 4), "gbps": round(total / span / 1e9, 4) if span > 0 else 0.0}
+
+
+def _probe_receive(store, key, seconds, address):
+    result = _receive(_listen(store, key, seconds, address), seconds)
     store.set(f"{key}/result", json.dumps(result))
     return result
 

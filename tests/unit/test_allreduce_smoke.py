@@ -7,6 +7,7 @@ the README there).
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -231,35 +232,27 @@ def test_summarize_reads_busbw_against_the_ring_probe_too():
     assert plain["ratio_ring"] is None and not any("ring" in ln for ln in ar.table_lines(plain))
 
 
-class _Store:
-    """TCPStore's set/get (get waits for the key) for the probes, in one process."""
-
-    def __init__(self):
-        self.data, self.cond = {}, threading.Condition()
-
-    def set(self, key, value):
-        with self.cond:
-            self.data[key] = value.encode() if isinstance(value, str) else value
-            self.cond.notify_all()
-
-    def get(self, key):
-        with self.cond:
-            assert self.cond.wait_for(lambda: key in self.data, timeout=30), key
-            return self.data[key]
-
-
 def test_ring_probe_sends_both_ways_at_once_on_loopback():
-    store, barrier = _Store(), threading.Barrier(2)
+    """Two ranks (threads), each with its own TCPStore client as the workers have: both links carry
+    data at the same time and every rank gets both rates (a client shared between the probe's threads
+    deadlocked in get/set: this runs on a real TCPStore for that reason)."""
+    dist_c10d = pytest.importorskip("torch.distributed")
+    timeout = datetime.timedelta(seconds=30)
+    master = dist_c10d.TCPStore("127.0.0.1", 0, 2, True, timeout=timeout, wait_for_workers=False)
+    client = dist_c10d.TCPStore("127.0.0.1", master.port, 2, False, timeout=timeout)
+    barrier = threading.Barrier(2)
     dist = types.SimpleNamespace(barrier=lambda: barrier.wait(timeout=30))
     peers = [{"local_rank": 0, "node_rank": i, "rank": i, "host": "n%d" % i} for i in range(2)]
     out = {}
-    threads = [threading.Thread(target=lambda r=r: out.update({r: worker.ring_probe(store, r, peers, 0.3, dist,
-                                                                                      "127.0.0.1")}))
-               for r in range(2)]
+    threads = [threading.Thread(target=lambda r=r, st=st: out.update({r: worker.ring_probe(st, r, peers, 0.3, dist,
+                                                                                             "127.0.0.1")}))
+               for r, st in ((0, master), (1, client))]
+    start = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+    assert time.monotonic() - start < 10
     assert out[0] == out[1]
     assert [(link["src"], link["dst"]) for link in out[0]] == [("n1", "n0"), ("n0", "n1")]
     assert all(link["gbps"] > 0 and link["bytes"] > 0 and "error" not in link for link in out[0])
