@@ -45,6 +45,10 @@ VARIANTS = {
     "dev2chunk16m": {"gloo_devices": 2, "chunk_bytes": 16 << 20, "threads": 0},
     "dev4chunk4m": {"gloo_devices": 4, "chunk_bytes": 4 << 20, "threads": 0},
     "tuned_threads1": {"gloo_devices": 2, "chunk_bytes": 8 << 20, "threads": 1},
+    "dev4chunk2m": {"gloo_devices": 4, "chunk_bytes": 2 << 20, "threads": 0},
+    "dev4chunk8m": {"gloo_devices": 4, "chunk_bytes": 8 << 20, "threads": 0},
+    "dev8chunk4m": {"gloo_devices": 8, "chunk_bytes": 4 << 20, "threads": 0},
+    "dev8chunk2m": {"gloo_devices": 8, "chunk_bytes": 2 << 20, "threads": 0},
 }
 __doc__ += "".join(f"  {k:<15} {v}\n" for k, v in VARIANTS.items())
 

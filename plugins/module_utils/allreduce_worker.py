@@ -267,7 +267,8 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
 
 def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_rank, res, out_path):
     peers = res["peers"]
-    chunk = int(cfg.get("chunk_bytes") or 0)
+    # gloo only: NCCL runs one op per tensor across its own channels, chunks would only queue up
+    chunk = int(cfg.get("chunk_bytes") or 0) if device == "cpu" else 0
 
     def allreduce(t):
         if chunk and t.numel() * t.element_size() > chunk:
