@@ -94,6 +94,8 @@ def main() -> int:
             "ref_s": round(statistics.median(ref), 2),
             "site_rerun_s": round(statistics.median(r[0] for r in reruns), 2),
             "site_rerun_changed": max(r[1] for r in reruns),
+            # every run, so that the spread of a noisy machine shows
+            "ref_runs_s": [round(x, 2) for x in ref], "site_rerun_runs_s": [round(r[0], 2) for r in reruns],
         }
         if args.verify:
             ver = []
@@ -102,6 +104,7 @@ def main() -> int:
                 ver.append(secs)
                 row["verify_rc"] = proc.returncode
             row["verify_s"] = round(statistics.median(ver), 2)
+            row["verify_runs_s"] = [round(x, 2) for x in ver]
         results[n] = row
         print(json.dumps(row), flush=True)
         if not args.keep:

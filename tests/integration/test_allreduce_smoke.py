@@ -95,8 +95,11 @@ def test_gloo_static_all_reduce_is_correct_timed_and_clean(lab):
     assert [row["bytes"] for row in data["rows"]] == [64 << 10, 4 << 20]
     assert all(row["busbw"] == row["algbw"] > 0 for row in data["rows"])   # n=2: busbw == algbw
     assert data["tcp_gbps"] > 0 and data["ratio"] > 0
-    # the workers used the cluster interface (eth1), two gloo devices on it
-    assert data["interfaces"] == {"node1": "eth1,eth1", "node2": "eth1,eth1"}
+    # the ring probe: both directions at once, each link measured, and busbw read against it
+    assert sorted((p["src"], p["dst"]) for p in data["tcp_ring"]) == [("node1", "node2"), ("node2", "node1")]
+    assert data["tcp_ring_gbps"] > 0 and data["ratio_ring"] > 0 and "TCP ring (all links at once)" in res.stdout
+    # the workers used the cluster interface (eth1), four gloo devices on it (the role default)
+    assert data["interfaces"] == {"node1": "eth1,eth1,eth1,eth1", "node2": "eth1,eth1,eth1,eth1"}
     assert workers_left(lab) == []
 
 
