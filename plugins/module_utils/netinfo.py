@@ -603,6 +603,48 @@ def probe_checks(host, decision, results):
     return checks, errors
 
 
+def _loopback(addr):
+    return addr.startswith("127.") or addr in ("::1", "0:0:0:0:0:0:0:1")
+
+
+def name_check(host, peers, resolved):
+    """Do the nodes' names resolve, on this node, to their cluster addresses?
+
+    Launchers and hostfiles name the nodes (hostfile.deepspeed, Slurm, MPI); ssh finds them through
+    ~/.ssh/config, anything else through /etc/hosts or DNS. A name that resolves to another node's
+    address or to loopback (the 127.0.1.1 line of a cloud image) sends that traffic to the wrong node.
+
+    peers: [{"name", "ip"}] (``ip``: the node's cluster address as resolved here).
+    resolved: {name: [addresses] or None (does not resolve)}; names that are addresses are left out.
+    Returns one check: fail (wrong node or loopback), warn (does not resolve), else pass.
+    """
+    ips = {p["name"]: p.get("ip") for p in peers}
+    owner = {ip: name for name, ip in ips.items() if ip}
+    fails, warns = [], []
+    for name, addrs in resolved.items():
+        want = ips.get(name)
+        if addrs is None:
+            warns.append("%s does not resolve" % name)
+        elif want in addrs:
+            continue
+        elif any(owner.get(a) not in (None, name) for a in addrs):
+            other = next(owner[a] for a in addrs if owner.get(a) not in (None, name))
+            fails.append("%s resolves to %s, the address of %s" % (name, ", ".join(addrs), other))
+        elif all(_loopback(a) for a in addrs):
+            fails.append("%s resolves to %s (loopback), not to %s" % (name, ", ".join(addrs), want))
+    status = "fail" if fails else ("warn" if warns else "pass")
+    if status == "pass":
+        detail = "%s: %d node names resolve to their cluster addresses" % (host, len(resolved))
+        fix = ""
+    else:
+        detail = "%s: %s" % (host, "; ".join(fails + warns))
+        fix = ("fix those names in %s's /etc/hosts: the ssh_mesh stage writes every node's name there "
+               "(ssh_mesh_hosts_file)" % host)
+        if not fails:
+            fix += "; ssh still finds them through ~/.ssh/config, tools that resolve names themselves do not"
+    return {"check": "nccl_net.names", "status": status, "detail": detail, "fix": fix}
+
+
 def decision_checks(host, decision):
     """Structured results for `provision verify` (one per decision)."""
     checks = []

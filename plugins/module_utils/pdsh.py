@@ -7,15 +7,25 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import classify_ssh_error
+
 
 def parse_pdsh_output(stdout, stderr):
-    """pdsh 'host: text' lines -> ({host: first answer}, {host: error text})."""
-    answers, errors = {}, {}
+    """pdsh 'host: text' lines -> ({host: first answer}, {host: the telling error line})."""
+    return _parse(stdout, stderr)[:2]
+
+
+def pdsh_error_fixes(stderr):
+    """{host: (ssh error class, fix)} for the nodes pdsh could not reach, from pdsh's stderr."""
+    return _parse("", stderr)[2]
+
+
+def _parse(stdout, stderr):
+    answers, texts, exits = {}, {}, {}
     for line in stdout.splitlines():
         host, sep, text = line.partition(": ")
         if sep and host.strip() not in answers:
             answers[host.strip()] = text.strip()
-    exits = {}
     for line in stderr.splitlines():
         line = line.strip()
         m = re.match(r"pdsh@[^:]+: ([^:\s]+): (.*)", line)
@@ -23,11 +33,20 @@ def parse_pdsh_output(stdout, stderr):
             exits.setdefault(m.group(1), m.group(2).strip())
             continue
         host, sep, text = line.partition(": ")
-        if sep and " " not in host and host not in errors:
-            errors[host] = text.strip()  # the remote side's / ssh's own message wins
+        if sep and " " not in host:
+            texts.setdefault(host, []).append(text.strip())
+    errors, fixes = {}, {}
+    for host, lines in texts.items():
+        # ssh's own message wins over its banner ("@@@@ WARNING: REMOTE HOST IDENTIFICATION...")
+        cls, line, fix = classify_ssh_error("\n".join(lines))
+        if cls == "other":
+            line = next((ln for ln in lines if ln.strip("@ ") and not ln.startswith("Warning:")), line)
+        else:
+            fixes[host] = (cls, fix)
+        errors[host] = line
     for host, text in exits.items():
         errors.setdefault(host, text)
-    return answers, errors
+    return answers, errors, fixes
 
 
 def missing_answers(hosts, expect, answers, errors):

@@ -165,17 +165,19 @@ def port_report(port, sockets, owners, infos):
     }
 
 
-def check_port(report, expect="report", allowed_holders=()):
+def check_port(report, expect="report", allowed_holders=(), listeners=None):
     """A verify-style check dict for one port report.
 
     expect: 'free' (nothing may hold it, except a process named in allowed_holders),
     'listening' (something must listen; if allowed_holders is given, it must be one of them),
     'report' (always pass; the detail says who holds it).
+    listeners: {port: [process names]} of every listening port (``listeners()``); with it, a port
+    expected listening that is not says where the allowed holder listens instead.
     """
     port = report["port"]
     names = {p["name"] for p in report["processes"]}
     allowed = set(allowed_holders or ())
-    status, fix = "pass", ""
+    status, fix, detail = "pass", "", report["summary"]
     if expect == "free" and report["held"] and not (allowed and names and names <= allowed):
         status = "fail"
         pids = " ".join(str(p) for p in report["pids"])
@@ -183,11 +185,24 @@ def check_port(report, expect="report", allowed_holders=()):
     elif expect == "listening":
         if not report["listening"]:
             status, fix = "fail", "start the service that should listen on %d" % port
+            # the service runs, on another port (sshd "running" on 22 while the cluster uses 2222)
+            elsewhere = sorted(other for other, who in (listeners or {}).items()
+                               if other != port and allowed and set(who) & allowed)
+            if elsewhere:
+                holder = "/".join(sorted(allowed))
+                detail = "nothing listens on %d; %s listens on %s" % (
+                    port, holder, ", ".join(str(x) for x in elsewhere))
+                fix = "%s runs on the wrong port: set Port %d in its configuration and restart it" % (holder, port)
         elif allowed and not (names & allowed):
             status = "fail"
             fix = "%d must be held by %s; stop pid %s" % (
                 port, "/".join(sorted(allowed)), " ".join(str(p) for p in report["pids"]) or "?")
-    return {"check": "port %d" % port, "status": status, "detail": report["summary"], "fix": fix}
+    return {"check": "port %d" % port, "status": status, "detail": detail, "fix": fix}
+
+
+def listeners(proc="/proc"):
+    """{port: sorted names of the processes holding it} for every listening port."""
+    return {r["port"]: sorted({x["name"] for x in r["processes"]}) for r in port_facts(None, proc)}
 
 
 def port_facts(ports=None, proc="/proc"):

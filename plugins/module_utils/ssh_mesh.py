@@ -202,7 +202,8 @@ SSH_ERRORS = [
     ("host_key_missing", r"No \S+ host key is known for|Host key verification failed",
      "its host key is not in known_hosts: run the ssh_mesh stage (collects the real host keys)"),
     ("permission_denied", r"Permission denied \(",
-     "the source's public key is not authorized on the target: run the ssh_mesh stage"),
+     "the source's public key is not authorized on the target (or the target's sshd ignores its "
+     "authorized_keys for their modes: see its 'ssh files' check): run the ssh_mesh stage"),
     ("connection_refused", r"Connection refused",
      "nothing listens on the ssh port: run the sshd stage (it starts sshd on sshd_port)"),
     ("name_unresolvable", r"Could not resolve hostname|Name or service not known|"
@@ -233,6 +234,35 @@ def classify_ssh_error(stderr, rc=255, timed_out=False):
             return cls, line.strip(" @") or cls, fix
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning:")]
     return "other", (lines[-1] if lines else "ssh exited %s" % rc), "run `ssh -v` by hand to see why"
+
+
+# ---------------------------------------------------------------- sshd StrictModes
+
+def strict_modes_problems(uid, entries):
+    """What makes sshd (StrictModes, the default) ignore a user's authorized_keys.
+
+    uid: the user's uid. entries: [(path, st_uid, st_mode)] for the home directory, ~/.ssh and
+    ~/.ssh/authorized_keys (a missing one left out). sshd refuses a file, or a directory on its way,
+    that is writable by group or others or owned by another user than the user or root.
+    Returns one line per problem (empty when sshd accepts them).
+    """
+    problems = []
+    for path, owner, mode in entries:
+        if owner not in (0, uid):
+            problems.append("%s is owned by uid %d, not by the user" % (path, owner))
+        elif mode & 0o022:
+            problems.append("%s is mode %04o (writable by %s)" % (
+                path, mode & 0o7777, " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if mode & bit)))
+    return problems
+
+
+def strict_modes_check(source, user, home, problems):
+    """The verify check for ``strict_modes_problems``' lines on ``source``."""
+    return {"check": "ssh files of %s on %s" % (user, source), "status": "fail" if problems else "pass",
+            "detail": ("; ".join(problems) + ": sshd (StrictModes) ignores authorized_keys, no key logs in here")
+            if problems else "home, ~/.ssh and authorized_keys are private",
+            "fix": "chmod go-w %s; chmod 700 %s/.ssh; chmod 600 %s/.ssh/authorized_keys; chown %s on them "
+                   "(the ssh_mesh stage sets ~/.ssh)" % (home, home, home, user) if problems else ""}
 
 
 # ---------------------------------------------------------------- running the ssh client as a user

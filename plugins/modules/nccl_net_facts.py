@@ -69,6 +69,14 @@ options:
     description: Seconds to wait for each peer.
     type: float
     default: 3
+  check_names:
+    description:
+      - Also check that every peer's name resolves on this node to its cluster address (the check
+        C(nccl_net.names)).
+      - It fails when a name resolves to another node's address or to loopback, and warns when a name
+        does not resolve within O(probe_timeout). Never an error (O(fail_on_error) ignores it).
+    type: bool
+    default: true
   fail_on_error:
     description: Fail when a peer cannot be reached or an override is impossible; false only reports (verify).
     type: bool
@@ -145,11 +153,13 @@ errors:
 """
 
 import socket
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.netinfo import (
-    decide, decision_checks, probe, probe_checks, read_net, read_rdma)
+    decide, decision_checks, name_check, probe, probe_checks, read_net, read_rdma)
 
 
 def resolve(peers):
@@ -169,6 +179,40 @@ def resolve(peers):
     return out
 
 
+def resolve_names(names, timeout):
+    """{name: [addresses] or None} as this node resolves them (/etc/hosts, DNS), within ``timeout`` s.
+
+    Each lookup runs in a daemon thread: an unanswered DNS query neither blocks the module's exit
+    nor takes longer than the limit (the name counts as not resolving).
+    """
+    out = {}
+
+    def lookup(name):
+        try:
+            infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
+            out[name] = sorted({i[4][0] for i in infos})
+        except (socket.gaierror, UnicodeError):
+            out[name] = None
+
+    threads = [threading.Thread(target=lookup, args=(n,), daemon=True) for n in names]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    return {n: out.get(n) for n in names}
+
+
+def _is_address(text):
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, text)
+            return True
+        except (OSError, ValueError):
+            pass
+    return False
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -184,6 +228,7 @@ def main():
             probe=dict(type="bool", default=True),
             probe_port=dict(type="int", default=2222),
             probe_timeout=dict(type="float", default=3.0),
+            check_names=dict(type="bool", default=True),
             fail_on_error=dict(type="bool", default=True),
             sys_root=dict(type="path", default="/sys"),
             proc_root=dict(type="path", default="/proc"),
@@ -196,8 +241,13 @@ def main():
     rdma = read_rdma(p["sys_root"])
     overrides = {k: p[k] for k in ("socket_ifname", "gloo", "ib_hca", "ib_disable", "ib_gid_index",
                                    "ib_mix_link_layers", "extra_env")}
-    decision = decide(net, rdma, resolve(p["peers"]), host, overrides)
+    peers = resolve(p["peers"])
+    decision = decide(net, rdma, peers, host, overrides)
     checks = decision_checks(host, decision)
+    # every node's name, this one's included (a 127.0.1.1 line for it sends Gloo's peers to loopback)
+    names = [peer["name"] for peer in peers if peer.get("name") and not _is_address(str(peer["name"]))]
+    if p["check_names"] and names:
+        checks.append(name_check(host, peers, resolve_names(names, p["probe_timeout"])))
     errors = list(decision["errors"])
     if p["probe"] and decision["socket_ifname"] and not errors:
         targets = [peer for peer in decision["peers"] if not peer.get("error")]

@@ -97,7 +97,8 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.pdsh import missing_answers, parse_pdsh_output
+from ansible_collections.provision.cluster.plugins.module_utils.pdsh import (missing_answers, parse_pdsh_output,
+                                                                          pdsh_error_fixes)
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user
 
 
@@ -167,11 +168,15 @@ def main():
         expect = p["expect_hostnames"] or p["hosts"]
         missing = missing_answers(p["hosts"], expect, answers, errors)
         source = socket.gethostname()
+        # pdsh runs ssh: when ssh said why (host key changed, key not authorized, ...), its fix
+        ssh_fixes = sorted({fix for cls, fix in pdsh_error_fixes(err).values()})
+        fix = "run the ssh_mesh and pdsh stages"
+        if len(ssh_fixes) == 1:
+            fix = "ssh from %s failed: %s" % (source, ssh_fixes[0])
         result.update(answers=answers, missing=missing, checked=True, checks=[{
             "check": "pdsh from %s" % source, "status": "fail" if missing else "pass",
             "detail": "; ".join(missing) or "%d/%d nodes answered" % (len(answers), len(p["hosts"])),
-            "fix": "run the ssh_mesh and pdsh stages; try `PDSH_RCMD_TYPE=ssh pdsh -w ^%s hostname`"
-                   % p["hosts_file"] if missing else ""}])
+            "fix": "%s; try `PDSH_RCMD_TYPE=ssh pdsh -w ^%s hostname`" % (fix, p["hosts_file"]) if missing else ""}])
     module.exit_json(**result)
 
 

@@ -122,6 +122,7 @@ failed_checks:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.ports import (
     check_port,
+    listeners,
     port_facts,
     read_sockets,
 )
@@ -142,7 +143,10 @@ def main():
     if bad:
         module.fail_json(msg="ports out of range 1-65535: %s" % bad)
     reports = port_facts(p["ports"], p["proc_path"])
-    checks = [check_port(r, p["expect"], p["allowed_holders"]) for r in reports]
+    others = None
+    if p["expect"] == "listening" and p["allowed_holders"] and not all(r["listening"] for r in reports):
+        others = listeners(p["proc_path"])
+    checks = [check_port(r, p["expect"], p["allowed_holders"], others) for r in reports]
     listening = sorted({s["local_port"] for s in read_sockets(p["proc_path"]) if s["state"] == "LISTEN"})
     module.exit_json(changed=False, ports=reports, listening=listening, checks=checks,
                      failed_checks=[c for c in checks if c["status"] == "fail"])

@@ -111,7 +111,11 @@ cells:
   sample: {node1: ok, node2: permission_denied}
 failed_cells: {description: The cells that are not ok., returned: always, type: list, elements: dict}
 checks:
-  description: One check per cell in the shape of C(provision verify) (C(check) is C(ssh SOURCE->TARGET)).
+  description:
+    - One check per cell in the shape of C(provision verify) (C(check) is C(ssh SOURCE->TARGET)).
+    - When this node's home, ~/.ssh or authorized_keys is writable by group or others, or owned by
+      another user, one more check C(ssh files of USER on SOURCE) fails. sshd's StrictModes ignores
+      the keys then, which the other nodes' cells only see as C(permission_denied).
   returned: always
   type: list
   elements: dict
@@ -131,6 +135,8 @@ user:
   type: str
 """
 
+import os
+import pwd
 import socket
 import subprocess
 import time
@@ -139,7 +145,8 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
     LANDING_SCRIPT, check_landing, landing_pair, parse_landing_report)
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user, classify_ssh_error
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (as_user, classify_ssh_error,
+                                                                              strict_modes_check, strict_modes_problems)
 
 
 def run_cell(ssh, target, expect, p, deadline, popen_user):
@@ -250,6 +257,18 @@ def main():
     failed = [c for c in row if not c["ok"]]
     checks = [{"check": "ssh %s->%s" % (c["source"], c["target"]), "status": "pass" if c["ok"] else "fail",
                "detail": c["detail"], "fix": c["fix"]} for c in row]
+    # the other half of a permission_denied cell: this node's own files, as its sshd judges them
+    pw = pwd.getpwnam(p["user"]) if p["user"] else pwd.getpwuid(os.getuid())
+    entries = []
+    for path in (pw.pw_dir, os.path.join(pw.pw_dir, ".ssh"), os.path.join(pw.pw_dir, ".ssh", "authorized_keys")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        entries.append((path, st.st_uid, st.st_mode))
+    problems = strict_modes_problems(pw.pw_uid, entries)
+    if problems:
+        checks.append(strict_modes_check(p["source"], pw.pw_name, pw.pw_dir, problems))
     module.exit_json(changed=False, row=row, cells={c["target"]: "ok" if c["ok"] else c["error"] for c in row},
                      failed_cells=failed, checks=checks, reports=reports, user=p["user"] or "", landing=landing)
 

@@ -240,12 +240,24 @@ def _module_checks(node: str, name: str, result: dict[str, Any]) -> list[dict[st
     if found:
         out = [_check(node, c.get("check") or title, c.get("status", "fail"), c.get("detail", ""),
                       c.get("fix", "")) for c in found]
+        if name == "nccl" and result.get("in_effect"):
+            out = [_nccl_in_effect(node, str(result.get("socket_ifname") or "?"), c) for c in out]
         rename = RENAME.get(name)
         return [rename(node, c) for c in out] if rename else out
     if result.get("failed"):
         msg = result.get("msg") or result.get("module_stderr") or "the check failed"
         return [_check(node, title, "fail", msg, f"see `provision verify --check {name} -v`")]
     return []
+
+
+def _nccl_in_effect(node: str, ifname: str, c: dict[str, str]) -> dict[str, str]:
+    """The NCCL check of the interface the env block exports (not the one nccl_net chose): say so."""
+    if c["status"] != "fail":
+        return c
+    detail = c["detail"].replace(f"nccl_net_socket_ifname={ifname}: ", "")
+    return {**c, "detail": f"NCCL_SOCKET_IFNAME={ifname} from ~/.bashrc (what non-interactive ssh gets): {detail}",
+            "fix": f"the env block exports another interface than nccl_net chose: "
+                   f"ansible-playbook site.yml --tags shell_env --limit {node} rewrites it; or {c['fix']}"}
 
 
 def _facts(result: dict[str, Any], key: str) -> dict[str, Any]:

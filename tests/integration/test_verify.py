@@ -114,6 +114,18 @@ FAULTS = [
         2, "kill $(pgrep -f 'sshd: .*\\[listener\\]')", "mkdir -p /run/sshd && /usr/sbin/sshd -f /etc/ssh/sshd_config",
         "node2", ("sshd listening", "node reachable"), ["sshd"], id="sshd-down"),
     pytest.param(
+        # the seed's "sshd is running" while it listens on 22, not on the cluster port
+        2, "cp /etc/ssh/sshd_config.d/10-provision.conf /root/sshd-port.vf && "
+           "sed -i 's/^Port .*/Port 22/' /etc/ssh/sshd_config.d/10-provision.conf && "
+           "kill $(pgrep -f 'sshd: .*\\[listener\\]') && sleep 0.3 && /usr/sbin/sshd -f /etc/ssh/sshd_config",
+        "kill $(pgrep -f 'sshd: .*\\[listener\\]'); mv /root/sshd-port.vf /etc/ssh/sshd_config.d/10-provision.conf; "
+        "sleep 0.3; mkdir -p /run/sshd && /usr/sbin/sshd -f /etc/ssh/sshd_config",
+        "node2", ("sshd listening", "node reachable"), ["Port 2222", "sshd"], id="sshd-on-another-port"),
+    pytest.param(
+        # keys in place, but sshd (StrictModes) ignores them: the cells only say "Permission denied"
+        2, "chmod 777 /root/.ssh", "chmod 700 /root/.ssh",
+        "node2", "ssh files of root on node2", ["chmod 700 /root/.ssh"], id="ssh-dir-world-writable"),
+    pytest.param(
         1, "python3 -c 'import socket,os,time\n"
            "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", 29500)); s.listen()\n"
            "open(\"/root/holder.vf\",\"w\").write(str(os.getpid())); time.sleep(600)' >/dev/null 2>&1 & "
@@ -135,6 +147,13 @@ FAULTS = [
         1, "cp /root/.bashrc /root/bashrc.vf && cat /etc/skel/.bashrc /root/bashrc.vf > /root/.bashrc",
         "mv /root/bashrc.vf /root/.bashrc",
         "node1", "env", ["shell_env"], id="env-after-guard"),
+    pytest.param(
+        # node1's /etc/hosts sends node2's name to node1's own address (ssh still lands right
+        # through ~/.ssh/config; hostfiles and Slurm use the name)
+        1, "cp /etc/hosts /root/hosts.vf && a=$(awk '$2 == \"node1\" {print $1; exit}' /root/hosts.vf) && "
+           "awk -v a=\"$a\" '$2 == \"node2\" {$1 = a} {print}' /root/hosts.vf > /etc/hosts",
+        "cat /root/hosts.vf > /etc/hosts && rm /root/hosts.vf",
+        "node1", "nccl_net.names", ["/etc/hosts"], id="name-resolves-to-another-node"),
     pytest.param(
         1, "cp /root/.bashrc /root/bashrc.vf && "
            "sed -i 's/^export NCCL_SOCKET_IFNAME=.*/export NCCL_SOCKET_IFNAME=eth0/' /root/.bashrc && "

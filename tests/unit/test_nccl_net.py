@@ -247,7 +247,9 @@ def test_probe_failure_names_the_pair():
 
 def test_module_on_a_constructed_tree(tmp_path):
     sys_root, proc_root = net_tree(tmp_path, LAB_FULL / "node1")
+    # check_names off: the lab's names mean nothing on the machine running the tests
     args = {"ANSIBLE_MODULE_ARGS": {"peers": _lab_peers(LAB_FULL), "self_name": "node1", "probe": False,
+                                    "check_names": False,
                                     "sys_root": str(sys_root), "proc_root": str(proc_root)}}
     (tmp_path / "args.json").write_text(json.dumps(args))
     proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/nccl_net_facts.py"), str(tmp_path / "args.json")],
@@ -298,3 +300,24 @@ def test_module_read_only_report_for_verify(tmp_path):
     assert proc.returncode == 0 and not result.get("failed")
     check = next(c for c in result["checks"] if c["check"] == "nccl_net.socket_ifname")
     assert check["status"] == "fail" and "node2" in check["detail"] and check["fix"]
+
+
+def test_name_check_finds_wrong_node_loopback_and_unresolvable_names():
+    peers = [{"name": "node1", "ip": "10.89.1.11"}, {"name": "node2", "ip": "10.89.1.12"},
+             {"name": "node3", "ip": "10.89.1.13"}]
+    good = {"node1": ["10.89.1.11"], "node2": ["10.89.1.12", "fe80::2"], "node3": ["10.89.1.13"]}
+    assert ni.name_check("node1", peers, good)["status"] == "pass"
+    # another network of the same node (names on the management network) is not an error
+    assert ni.name_check("node1", peers, dict(good, node3=["192.168.0.13"]))["status"] == "pass"
+    wrong = ni.name_check("node1", peers, dict(good, node2=["10.89.1.11"]))
+    assert wrong["status"] == "fail"
+    assert wrong["detail"] == "node1: node2 resolves to 10.89.1.11, the address of node1"
+    assert "/etc/hosts" in wrong["fix"]
+    loop = ni.name_check("node2", peers, dict(good, node2=["127.0.1.1"]))
+    assert loop["status"] == "fail" and "127.0.1.1 (loopback)" in loop["detail"]
+    unknown = ni.name_check("node1", peers, dict(good, node3=None))
+    assert unknown["status"] == "warn" and "node3 does not resolve" in unknown["detail"]
+    assert "~/.ssh/config" in unknown["fix"]
+    # two nodes on one address (containers on one host, other ports): each name finds its address
+    shared = [{"name": "c1", "ip": "10.0.0.5"}, {"name": "c2", "ip": "10.0.0.5"}]
+    assert ni.name_check("c1", shared, {"c1": ["10.0.0.5"], "c2": ["10.0.0.5"]})["status"] == "pass"

@@ -70,6 +70,23 @@ def test_lab_node_capture_sshd_and_python():
     assert ports.check_port(rdzv, "listening", ["sshd"])["status"] == "fail"
 
 
+def test_sshd_listening_on_another_port_is_named():
+    # the seed's "sshd is running" with nothing on the cluster port: it listens on another one
+    socks, owners, infos = _lab_capture()
+    listening = sorted({s["local_port"] for s in socks if s["state"] == "LISTEN"})
+    others = {r["port"]: sorted({x["name"] for x in r["processes"]})
+              for r in (ports.port_report(p, socks, owners, infos) for p in listening)}
+    assert others[2222] == ["sshd"] and others[29500] == ["python3"]
+    cluster_port = ports.port_report(2200, socks, owners, infos)
+    check = ports.check_port(cluster_port, "listening", ["sshd"], others)
+    assert check["status"] == "fail"
+    assert check["detail"] == "nothing listens on 2200; sshd listens on 2222"
+    assert "set Port 2200" in check["fix"]
+    # without the listeners, or when no allowed holder listens anywhere: the plain message
+    assert ports.check_port(cluster_port, "listening", ["sshd"])["detail"] == "2200 is free"
+    assert "set Port" not in ports.check_port(cluster_port, "listening", ["nginx"], others)["fix"]
+
+
 def test_lab_node_capture_free_port_and_established():
     socks, owners, infos = _lab_capture()
     free = ports.port_report(29501, socks, owners, infos)

@@ -110,6 +110,22 @@ def _rep(port, listening, procs):
             "processes": [{"pid": p, "name": n} for p, n in procs], "summary": f"{port} summary"}
 
 
+def test_strict_modes_problems_as_sshd_judges_them():
+    ok = [("/home/u", 1000, 0o40755), ("/home/u/.ssh", 1000, 0o40700), ("/home/u/.ssh/authorized_keys", 1000, 0o100600)]
+    assert ssh_mesh.strict_modes_problems(1000, ok) == []
+    assert ssh_mesh.strict_modes_check("node2", "u", "/home/u", [])["status"] == "pass"
+    bad = [("/root", 0, 0o40700), ("/root/.ssh", 0, 0o40777), ("/root/.ssh/authorized_keys", 1000, 0o100600)]
+    problems = ssh_mesh.strict_modes_problems(0, bad)
+    assert problems == ["/root/.ssh is mode 0777 (writable by group and others)",
+                        "/root/.ssh/authorized_keys is owned by uid 1000, not by the user"]
+    check = ssh_mesh.strict_modes_check("node2", "root", "/root", problems)
+    assert check["status"] == "fail" and check["check"] == "ssh files of root on node2"
+    assert "StrictModes" in check["detail"] and "chmod 700 /root/.ssh" in check["fix"]
+    # a home owned by root is fine for any user; group-writable is not
+    assert ssh_mesh.strict_modes_problems(1000, [("/home/u", 0, 0o40775)]) == [
+        "/home/u is mode 0775 (writable by group)"]
+
+
 def test_sshd_T_parse_and_problems():
     eff = sshd.parse_sshd_T("port 2222\nport 22\npasswordauthentication no\npubkeyauthentication yes\n")
     assert eff["port"] == ["2222", "22"]
@@ -160,6 +176,21 @@ def test_pdsh_output_one_unresolvable():
     assert pdsh.missing_answers(hosts, hosts, ans, err) == [
         "nosuchnode: ssh: Could not resolve hostname nosuchnode: Name or service not known"]
     assert pdsh.missing_answers(["node1"], ["gpu-a"], ans, err) == ["node1: answered node1, expected gpu-a"]
+
+
+def test_pdsh_output_host_key_changed_names_ssh_message_not_banner():
+    ans, err = pdsh.parse_pdsh_output((OURS / "pdsh-out-host-key-changed.stdout").read_text(),
+                                      (OURS / "pdsh-out-host-key-changed.stderr").read_text())
+    assert ans == {"node1": "node1"}
+    assert pdsh.missing_answers(["node1", "node2"], ["node1", "node2"], ans, err) == [
+        "node2: Host key for [10.89.224.12]:2222 has changed and you have requested strict checking."]
+    fixes = pdsh.pdsh_error_fixes((OURS / "pdsh-out-host-key-changed.stderr").read_text())
+    assert list(fixes) == ["node2"] and fixes["node2"][0] == "host_key_changed"
+    assert "known_hosts" in fixes["node2"][1]
+    # an unresolvable name is classified too; the ok run has nothing to fix
+    assert pdsh.pdsh_error_fixes((OURS / "pdsh-out-one-unresolvable.stderr").read_text())["nosuchnode"][0] \
+        == "name_unresolvable"
+    assert pdsh.pdsh_error_fixes((OURS / "pdsh-out-ok.stderr").read_text()) == {}
 
 
 def test_as_user():

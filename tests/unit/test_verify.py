@@ -142,6 +142,24 @@ def test_module_results_in_every_contract_shape():
     assert core._module_checks("n1", "gcc", {"skipped": True}) == []
 
 
+def test_nccl_interface_from_the_env_block_is_named_so():
+    # the module result of verify.yml's "NCCL interface in effect" task (marked in_effect there)
+    result = {"socket_ifname": "ib0", "in_effect": True, "checks": [
+        {"check": "nccl_net.socket_ifname", "status": "fail",
+         "detail": "node2: nccl_net_socket_ifname=ib0: no such interface (have: eth0, eth1, lo)",
+         "fix": "set nccl_net_socket_ifname, or fix cluster_address"},
+        {"check": "nccl_net.ib", "status": "skip", "detail": "node2: NCCL_IB_DISABLE=1", "fix": ""}]}
+    bad, skipped = core._module_checks("node2", "nccl", result)
+    assert bad["detail"] == ("NCCL_SOCKET_IFNAME=ib0 from ~/.bashrc (what non-interactive ssh gets): "
+                             "node2: no such interface (have: eth0, eth1, lo)")
+    assert bad["fix"].startswith("the env block exports another interface than nccl_net chose: "
+                                 "ansible-playbook site.yml --tags shell_env --limit node2")
+    assert skipped["detail"] == "node2: NCCL_IB_DISABLE=1"
+    # the check of the interface nccl_net chose keeps its own words
+    plain = core._module_checks("node2", "nccl", dict(result, in_effect=False))[0]
+    assert plain["detail"].startswith("node2: nccl_net_socket_ifname=ib0")
+
+
 # ---------------------------------------------------------------- the CLI
 
 def fake_run(raw, **kw):
