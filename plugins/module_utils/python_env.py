@@ -5,6 +5,7 @@
 cross-node comparison (pure Python; the modules and `provision verify` call these)."""
 from __future__ import annotations
 
+import ast
 import glob
 import hashlib
 import json
@@ -331,6 +332,64 @@ def installed_versions(python, names):
                 dist, version = entry[: -len(".dist-info")].rsplit("-", 1)
                 found.setdefault(normalize(dist), version)
     return {name: found.get(normalize(name)) for name in names}
+
+
+def parse_deepspeed_build(text):
+    """DeepSpeed's deepspeed/git_version_info_installed.py (written by its setup.py) -> {"version",
+    "torch", "cuda", "ops"}: the torch and CUDA (major.minor) its ops were compiled with and the ops
+    compiled at install time (none when they are built just in time). Read, never imported."""
+    values = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    torch_info = values.get("torch_info") if isinstance(values.get("torch_info"), dict) else {}
+    ops = values.get("installed_ops") if isinstance(values.get("installed_ops"), dict) else {}
+    return {"version": values.get("version"), "torch": torch_info.get("version"),
+            "cuda": torch_info.get("cuda_version"), "ops": sorted(k for k, v in ops.items() if v)}
+
+
+def deepspeed_build(python):
+    """parse_deepspeed_build of the DeepSpeed installed in python's environment, or None."""
+    prefix = os.path.dirname(os.path.dirname(python))
+    for path in sorted(glob.glob(os.path.join(prefix, "lib", "python*", "site-packages", "deepspeed",
+                                              "git_version_info_installed.py"))):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return dict(parse_deepspeed_build(fh.read()), path=path)
+        except (OSError, SyntaxError, ValueError):
+            return None
+    return None
+
+
+def _major_minor(version):
+    return ".".join(str(version or "").split("+")[0].split(".")[:2])
+
+
+def deepspeed_check(build, torch_version, torch_cuda, python):
+    """DeepSpeed ops compiled for another torch (or CUDA) than the environment has: they fail to load
+    ("PyTorch version mismatch! DeepSpeed ops were compiled and installed with a different version")
+    The seed's case: torch upgraded, `pip install deepspeed` took the wheel pip had cached for the old one.
+    Returns a verify check, or None when DeepSpeed is absent or builds its ops just in time."""
+    if not build or not build.get("ops") or not torch_version:
+        return None
+    fix = (f"{python} -m pip install --no-cache-dir --force-reinstall --no-deps deepspeed "
+           "(pip's cache holds the wheel built for the old torch), or pin the torch it was built for")
+    ops = ", ".join(build["ops"][:4]) + (" ..." if len(build["ops"]) > 4 else "")
+    have = _major_minor(torch_version)
+    if build.get("torch") and build["torch"] != have:
+        return {"check": "deepspeed build", "status": "fail", "fix": fix,
+                "detail": f"deepspeed {build.get('version')} ops ({ops}) were compiled for torch {build['torch']}, "
+                          f"the environment has torch {torch_version}: they fail with 'PyTorch version mismatch'"}
+    cuda = _major_minor(torch_cuda) if torch_cuda else ""
+    if cuda and build.get("cuda") not in (None, "", "0.0") and build["cuda"] != cuda:
+        return {"check": "deepspeed build", "status": "fail", "fix": fix,
+                "detail": f"deepspeed {build.get('version')} ops ({ops}) were compiled for CUDA {build['cuda']}, "
+                          f"torch uses CUDA {torch_cuda}: they fail with 'CUDA version mismatch'"}
+    return {"check": "deepspeed build", "status": "pass", "fix": "",
+            "detail": f"deepspeed {build.get('version')} ops compiled for torch {build.get('torch')}"}
 
 
 def parse_probe(stdout):

@@ -64,6 +64,14 @@ check:
   description: The verify contract (check, status, detail, fix).
   returned: always
   type: dict
+checks:
+  description:
+    - C(check), then, when DeepSpeed is installed with ops compiled at install time, the check
+      C(deepspeed build). It fails when those ops were compiled for another torch (major.minor) or
+      CUDA than the environment has, which makes them fail to load at run time.
+  returned: success
+  type: list
+  elements: dict
 ansible_facts:
   description: Facts set on the host.
   returned: always
@@ -103,7 +111,9 @@ def main():
     key = P.probe_cache_key(p["python"]) if p["cache"] else None
     cached = P.cached_versions(p["cache"], key, p["python"], p["packages"]) if key else None
     if cached is not None:
-        module.exit_json(changed=False, cached=True, check=P.cached_check(cached), ansible_facts={"python_env_versions": cached})
+        check = P.cached_check(cached)
+        module.exit_json(changed=False, cached=True, check=check, checks=_checks(p, check, cached),
+                         ansible_facts={"python_env_versions": cached})
     argv = [p["python"], "-c", P.VERSIONS_PROBE, json.dumps(p["packages"])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["timeout"], check=False)
@@ -125,7 +135,15 @@ def main():
                  "detail": f"python {versions['python']} torch {versions['torch']}", "fix": ""}
         if key and not module.check_mode:
             _write_cache(module, p["cache"], key, versions)
-    module.exit_json(changed=False, cached=False, check=check, ansible_facts={"python_env_versions": versions})
+    module.exit_json(changed=False, cached=False, check=check, checks=_checks(p, check, versions),
+                     ansible_facts={"python_env_versions": versions})
+
+
+def _checks(p, check, versions):
+    """check, and DeepSpeed's build against this torch when DeepSpeed has compiled ops here."""
+    ds = P.deepspeed_check(P.deepspeed_build(p["python"]), versions.get("torch"), versions.get("torch_cuda"),
+                           p["python"])
+    return [check] + ([ds] if ds else [])
 
 
 def _write_cache(module, path, key, versions):

@@ -287,3 +287,40 @@ def test_python_versions_module_reuses_its_answer_until_the_environment_changes(
     data = json.loads(cache.read_text())
     cache.write_text(json.dumps(dict(data, key="stale")))                  # environment changed
     assert _module("python_versions", args)["cached"] is False
+
+
+# ---------------------------------------------------------------- DeepSpeed built for another torch
+
+def test_deepspeed_build_read_from_its_installed_file():
+    wheel = P.parse_deepspeed_build((CAPTURES / "deepspeed-0.15.0-wheel-git_version_info_installed.py.txt").read_text())
+    assert wheel["version"] == "0.15.0" and wheel["torch"] == "2.3" and wheel["cuda"] == "12.1"
+    assert "fused_adam" in wheel["ops"] and "async_io" not in wheel["ops"]
+    sdist = P.parse_deepspeed_build((CAPTURES / "deepspeed-0.15.0-sdist-git_version_info_installed.py.txt").read_text())
+    assert sdist == {"version": "0.15.0", "torch": "2.13", "cuda": "0.0", "ops": []}
+
+
+def test_deepspeed_check_is_the_seeds_upgraded_torch():
+    py = "/opt/provision/venv/bin/python"
+    wheel = P.parse_deepspeed_build((CAPTURES / "deepspeed-0.15.0-wheel-git_version_info_installed.py.txt").read_text())
+    upgraded = P.deepspeed_check(wheel, "2.4.1+cu121", "12.1", py)
+    assert upgraded["status"] == "fail" and "compiled for torch 2.3" in upgraded["detail"]
+    assert "torch 2.4.1+cu121" in upgraded["detail"] and "--no-cache-dir --force-reinstall" in upgraded["fix"]
+    assert upgraded["fix"].startswith(py + " -m pip install")
+    assert P.deepspeed_check(wheel, "2.3.1+cu121", "12.1", py)["status"] == "pass"
+    other_cuda = P.deepspeed_check(wheel, "2.3.1+cu118", "11.8", py)
+    assert other_cuda["status"] == "fail" and "CUDA 12.1" in other_cuda["detail"]
+    # just-in-time ops (the sdist build), no DeepSpeed, no torch: nothing to compare
+    sdist = P.parse_deepspeed_build((CAPTURES / "deepspeed-0.15.0-sdist-git_version_info_installed.py.txt").read_text())
+    assert P.deepspeed_check(sdist, "2.4.1", None, py) is None
+    assert P.deepspeed_check(None, "2.4.1", None, py) is None
+    assert P.deepspeed_check(wheel, None, None, py) is None
+
+
+def test_deepspeed_build_found_in_an_environment(tmp_path):
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "deepspeed"
+    site.mkdir(parents=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    assert P.deepspeed_build(python) is None
+    src = CAPTURES / "deepspeed-0.15.0-wheel-git_version_info_installed.py.txt"
+    (site / "git_version_info_installed.py").write_text(src.read_text())
+    assert P.deepspeed_build(python)["torch"] == "2.3"
