@@ -493,6 +493,40 @@ def _limit_fix(in_container, runtime, what, dropin, nofile=None, manage=False, s
     return "set node_runtime_manage_limits: true (writes %s) and log in again" % what_file
 
 
+def pam_limit_culprits(files, user, groups, item, minimum, ours=None):
+    """The pam_limits lines that cap ``item`` below ``minimum`` for ``user`` at login.
+
+    files: [(path, text)] in the order pam_limits reads them (limits.conf, then limits.d/*.conf
+    sorted). groups: the user's group names. minimum: a number, or None for "unlimited" (memlock).
+    Our own drop-in (``ours``) is left out: the role manages it. Returns ["path:N: line"].
+    """
+    out = []
+    for path, text in files:
+        if path == ours:
+            continue
+        for num, line in enumerate((text or "").splitlines(), 1):
+            m = _DROPIN_LINE.match(line.split("#", 1)[0])
+            if not m or m.group(3) != item:
+                continue
+            domain, value = m.group(1), m.group(4)
+            # limits.conf(5): group and wildcard lines do not apply to root
+            if user == "root":
+                if domain != "root":
+                    continue
+            elif not (domain in (user, "*") or (domain[:1] in "@%" and domain[1:] in groups)):
+                continue
+            if value in ("unlimited", "infinity", "-1"):
+                continue
+            if minimum is None or (value.isdigit() and int(value) < minimum):
+                out.append("%s:%d: %s" % (path, num, " ".join(line.split())))
+    return out
+
+
+def _culprit_fix(culprits):
+    return ("pam_limits lowers it at every login: raise or remove %s, then log in again"
+            % "; ".join("`%s`" % c for c in culprits))
+
+
 def check_shm(shm, gpus, in_container, runtime, minimum=GIB, per_gpu=2 * GIB, manage=False,
               host_ipc=None):
     need = required_shm(gpus, minimum, per_gpu)
@@ -528,7 +562,8 @@ def check_shm(shm, gpus, in_container, runtime, minimum=GIB, per_gpu=2 * GIB, ma
 
 
 def check_memlock(limits, rdma, in_container, runtime, capeff=None, require="auto",
-                  source="module", dropin="/etc/security/limits.d/90-provision.conf", manage=False):
+                  source="module", dropin="/etc/security/limits.d/90-provision.conf", manage=False,
+                  culprits=None):
     """memlock must be unlimited where RDMA devices exist (ibv_reg_mr pins NCCL's buffers).
 
     require: auto (only where /sys/class/infiniband lists devices), true, false. A session
@@ -557,13 +592,13 @@ def check_memlock(limits, rdma, in_container, runtime, capeff=None, require="aut
     return {"check": "memlock", "status": "fail",
             "detail": "memlock is %s (%s), need unlimited (%s): RDMA memory registration (ibv_reg_mr) fails"
                       % (shown, source, why),
-            "fix": _limit_fix(in_container, runtime, "memlock", dropin, manage=manage,
-                              soft_only=in_container and hard is None),
+            "fix": _culprit_fix(culprits) if culprits else _limit_fix(
+                in_container, runtime, "memlock", dropin, manage=manage, soft_only=in_container and hard is None),
             "measured": soft, "required": "unlimited"}
 
 
 def check_nofile(limits, minimum, in_container, runtime, source="module",
-                 dropin="/etc/security/limits.d/90-provision.conf", manage=False):
+                 dropin="/etc/security/limits.d/90-provision.conf", manage=False, culprits=None):
     if "nofile" not in limits:
         return {"check": "nofile", "status": "warn", "detail": "nofile could not be measured (%s)" % source,
                 "fix": "", "measured": None, "required": minimum}
@@ -572,8 +607,9 @@ def check_nofile(limits, minimum, in_container, runtime, source="module",
     if soft is None or soft >= minimum:
         return {"check": "nofile", "status": "pass", "detail": "nofile %s (%s); need >= %d" % (shown, source, minimum),
                 "fix": "", "measured": soft, "required": minimum}
-    fix = _limit_fix(in_container, runtime, "nofile", dropin, nofile=minimum, manage=manage,
-                     soft_only=in_container and (hard is None or hard >= minimum))
+    fix = _culprit_fix(culprits) if culprits else _limit_fix(
+        in_container, runtime, "nofile", dropin, nofile=minimum, manage=manage,
+        soft_only=in_container and (hard is None or hard >= minimum))
     return {"check": "nofile", "status": "fail",
             "detail": "nofile is %s (%s), need >= %d: many-rank jobs and DataLoader workers fail with "
                       "'Too many open files'" % (shown, source, minimum),
@@ -583,7 +619,7 @@ def check_nofile(limits, minimum, in_container, runtime, source="module",
 def apply_container_policy(checks, in_container, policy):
     """node_runtime_on_container_limit: warn turns the failures that only the container runtime can
     fix (its run options, not our drop-in) into warnings. Changes checks in place and returns them."""
-    ours = ("run the node_runtime stage", "set node_runtime_")
+    ours = ("run the node_runtime stage", "set node_runtime_", "pam_limits lowers it")
     for c in checks:
         if policy == "warn" and in_container and c["status"] == "fail" and not c["fix"].startswith(ours):
             c["status"] = "warn"

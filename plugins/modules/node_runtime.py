@@ -149,6 +149,7 @@ dropin:
   type: list
 """
 
+import grp
 import os
 import pwd
 import shlex
@@ -158,8 +159,8 @@ import uuid
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
     apply_container_policy, check_memlock, check_nofile, check_shm, collect_snapshot, docker_size,
-    fstab_with_shm, limits_dropin_lines, node_identity, parse_capeff, parse_limits, parse_size, render_dropin,
-    runtime_facts, validate_dropin,
+    fstab_with_shm, limits_dropin_lines, node_identity, pam_limit_culprits, parse_capeff, parse_limits, parse_size,
+    render_dropin, runtime_facts, validate_dropin,
 )
 
 MEASURE = "cat /proc/self/limits /proc/self/status"
@@ -262,6 +263,32 @@ def node_token(module, p, result):
     return current if module.check_mode else token
 
 
+def pam_files(ours):
+    """[(path, text)] of pam_limits' configuration, in its reading order (ours included, marked by path)."""
+    dropins = os.path.join(os.path.dirname(ours), "") if ours else "/etc/security/limits.d/"
+    paths = [os.path.join(os.path.dirname(dropins.rstrip("/")), "limits.conf")]
+    try:
+        paths += [os.path.join(dropins, n) for n in sorted(os.listdir(dropins)) if n.endswith(".conf")]
+    except OSError:
+        pass
+    out = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                out.append((path, fh.read()))
+        except OSError:
+            continue
+    return out
+
+
+def user_groups(user):
+    try:
+        pw = pwd.getpwnam(user)
+        return {grp.getgrgid(g).gr_name for g in os.getgrouplist(user, pw.pw_gid)}
+    except (KeyError, OSError):
+        return set()
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -357,12 +384,16 @@ def main():
     ident.update({"name": p["node_id"], "address": p["cluster_address"]})
     facts["identity"] = ident
 
+    pam = pam_files(p["limits_file"])
+    groups = user_groups(p["cluster_user"])
     checks = [
         check_shm(facts["shm"], gpus, in_container, runtime, shm_min, shm_per_gpu, p["manage_shm"],
                   facts["namespaces"]["host_ipc"]),
         check_memlock(limits, facts["rdma"], in_container, runtime, capeff, require, source, p["limits_file"],
-                      p["manage_limits"]),
-        check_nofile(limits, p["min_nofile"], in_container, runtime, source, p["limits_file"], p["manage_limits"]),
+                      p["manage_limits"],
+                      pam_limit_culprits(pam, p["cluster_user"], groups, "memlock", None, p["limits_file"])),
+        check_nofile(limits, p["min_nofile"], in_container, runtime, source, p["limits_file"], p["manage_limits"],
+                     pam_limit_culprits(pam, p["cluster_user"], groups, "nofile", p["min_nofile"], p["limits_file"])),
     ]
     apply_container_policy(checks, in_container, p["on_container_limit"])
     result.update(checks=checks, limits=lim_json, dropin=[" ".join(x) for x in dropin],

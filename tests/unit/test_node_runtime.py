@@ -376,3 +376,35 @@ def test_collect_snapshot_on_this_machine_and_a_tree(tmp_path):
     tree = nr.collect_snapshot(root=str(tmp_path))
     assert tree["dirs"]["/dev"] == ["nvidia0"] and tree["exists"]["/.dockerenv"] is True
     assert tree["files"]["/proc/self/limits"] is None and tree["errors"]["/proc/self/limits"]
+
+
+def test_pam_limit_lines_that_cap_a_login_are_named():
+    files = [("/etc/security/limits.conf", "# <domain> <type> <item> <value>\n*  soft  core  0\n"),
+             ("/etc/security/limits.d/20-site.conf", "@train  hard  nofile  4096  # old policy\n"
+                                                     "*  -  memlock  65536\nroot - nofile 1024\n"),
+             ("/etc/security/limits.d/90-provision.conf", "ml  -  nofile  1024\n")]
+    ours = "/etc/security/limits.d/90-provision.conf"
+    # a group line for a member, a wildcard line; our own drop-in is not a culprit
+    assert nr.pam_limit_culprits(files, "ml", {"ml", "train"}, "nofile", 16384, ours) == [
+        "/etc/security/limits.d/20-site.conf:1: @train hard nofile 4096 # old policy"]
+    assert nr.pam_limit_culprits(files, "ml", {"ml"}, "nofile", 16384, ours) == []
+    assert nr.pam_limit_culprits(files, "ml", {"ml"}, "memlock", None, ours) == [
+        "/etc/security/limits.d/20-site.conf:2: * - memlock 65536"]
+    # root: only lines naming root apply (limits.conf(5))
+    assert nr.pam_limit_culprits(files, "root", {"root", "train"}, "nofile", 16384, ours) == [
+        "/etc/security/limits.d/20-site.conf:3: root - nofile 1024"]
+    assert nr.pam_limit_culprits(files, "root", {"root"}, "memlock", None, ours) == []
+    # high enough, or unlimited: not a culprit
+    assert nr.pam_limit_culprits([("f", "ml hard nofile 1048576\nml - memlock unlimited\n")], "ml", set(),
+                                 "nofile", 16384) == []
+    assert nr.pam_limit_culprits([("f", "ml - memlock unlimited\n")], "ml", set(), "memlock", None) == []
+
+
+def test_nofile_fix_names_the_pam_line_before_the_container():
+    limits = {"nofile": (1024, 1024)}
+    culprit = ["/etc/security/limits.d/99-x.conf:1: root - nofile 1024"]
+    check = nr.check_nofile(limits, 16384, True, "podman", "ssh", culprits=culprit)
+    assert check["status"] == "fail" and "99-x.conf:1: root - nofile 1024" in check["fix"]
+    assert "re-create the container" in nr.check_nofile(limits, 16384, True, "podman", "ssh")["fix"]
+    # ours to fix: the container policy does not turn it into a warning
+    assert nr.apply_container_policy([dict(check)], True, "warn")[0]["status"] == "fail"
