@@ -88,9 +88,11 @@ def lab_cmd(*args: str, lab_name: str, timeout: float = 900, check: bool = True)
 
 
 def node_exec(lab_name: str, node: int, script: str, *, check: bool = True, timeout: float = 120,
-              user: str | None = None) -> subprocess.CompletedProcess:
-    """Run a shell script inside a lab node (as root unless user is given)."""
-    argv = ["podman", "exec"] + (["--user", user] if user else []) + [f"{lab_name}-node{node}", "bash", "-c", script]
+              user: str | None = None, privileged: bool = False) -> subprocess.CompletedProcess:
+    """Run a shell script inside a lab node (as root unless user is given; privileged: with every
+    capability, e.g. CAP_NET_ADMIN for `ip rule`, which the node's own processes do not have)."""
+    argv = (["podman", "exec"] + (["--user", user] if user else []) + (["--privileged"] if privileged else [])
+            + [f"{lab_name}-node{node}", "bash", "-c", script])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"node{node}: `{script}` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

@@ -645,6 +645,20 @@ def name_check(host, peers, resolved):
     return {"check": "nccl_net.names", "status": status, "detail": detail, "fix": fix}
 
 
+def rendezvous_check(host, master, address, port, ok, detail):
+    """The rendezvous port of the master node, probed from another node (routing as torchrun's
+    workers connect: no interface binding). Refused = reachable (nothing listens between jobs)."""
+    if ok:
+        return {"check": "nccl_net.rendezvous", "status": "pass",
+                "detail": "%s reaches %s's rendezvous port %s:%d (%s)" % (host, master, address, port, detail),
+                "fix": ""}
+    return {"check": "nccl_net.rendezvous", "status": "fail",
+            "detail": "%s cannot reach %s's rendezvous port %s:%d (%s): torchrun/c10d would wait here until "
+                      "its rendezvous timeout" % (host, master, address, port, detail),
+            "fix": "open TCP %d from the cluster network to %s (firewall, security group), or set "
+                   "cluster_master_port to a port that is open" % (port, master)}
+
+
 def decision_checks(host, decision):
     """Structured results for `provision verify` (one per decision)."""
     checks = []

@@ -77,6 +77,15 @@ options:
         does not resolve within O(probe_timeout). Never an error (O(fail_on_error) ignores it).
     type: bool
     default: true
+  rendezvous:
+    description:
+      - The master node of the rendezvous, C(name), C(address) (default the name) and C(port)
+        (C(cluster_master_port)). From every other node, with O(probe), a TCP connect to it over the
+        routing table (as torchrun's workers connect) adds the check C(nccl_net.rendezvous). A refused
+        connection is reachable; a timeout or an unreachable error fails it (a firewall that lets ssh
+        through but not the rendezvous port makes torchrun wait until its rendezvous timeout).
+        Never an error (O(fail_on_error) ignores it).
+    type: dict
   fail_on_error:
     description: Fail when a peer cannot be reached or an override is impossible; false only reports (verify).
     type: bool
@@ -159,7 +168,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.netinfo import (
-    decide, decision_checks, name_check, probe, probe_checks, read_net, read_rdma)
+    decide, decision_checks, name_check, probe, probe_checks, read_net, read_rdma, rendezvous_check)
 
 
 def resolve(peers):
@@ -229,6 +238,7 @@ def main():
             probe_port=dict(type="int", default=2222),
             probe_timeout=dict(type="float", default=3.0),
             check_names=dict(type="bool", default=True),
+            rendezvous=dict(type="dict"),
             fail_on_error=dict(type="bool", default=True),
             sys_root=dict(type="path", default="/sys"),
             proc_root=dict(type="path", default="/proc"),
@@ -261,6 +271,11 @@ def main():
         more_checks, probe_errors = probe_checks(host, decision, results)
         checks += more_checks
         errors += probe_errors
+    rdzv = p["rendezvous"] or {}
+    if p["probe"] and rdzv.get("name") and rdzv.get("port") and rdzv["name"] != host:
+        target = resolve([{"name": rdzv["name"], "address": rdzv.get("address") or rdzv["name"]}])[0]
+        ok, detail = probe(None, None, target["ip"], int(rdzv["port"]), p["probe_timeout"])
+        checks.append(rendezvous_check(host, rdzv["name"], target["ip"], int(rdzv["port"]), ok, detail))
     result = dict(
         changed=False,
         env=decision["env"],

@@ -182,3 +182,22 @@ def test_fault_is_named_with_its_fix(lab, node, break_script, restore_script, na
     assert all(c["fix"] for c in hits), explain(doc)
     assert elapsed < LIMIT_S, f"verify took {elapsed:.1f} s"
     assert after == before, "verify changed something on a node"
+
+
+def test_rendezvous_port_blocked_between_nodes_is_named(lab):
+    # a firewall that lets ssh through but not the rendezvous port: node2's connections to port
+    # 29500 are refused by a policy rule (EACCES, as an iptables REJECT/prohibit gives)
+    rule = "ip rule add ipproto 6 dport 29500 prohibit"
+    node_exec(lab.name, 2, rule, privileged=True)
+    try:
+        before = snapshot(lab)
+        rc, doc, elapsed, _ = verify(lab, "--check", "nccl")
+        after = snapshot(lab)
+    finally:
+        node_exec(lab.name, 2, rule.replace(" add ", " del "), privileged=True)
+    assert rc == 1, explain(doc)
+    hits = [c for c in failed(doc) if c["node"] == "node2" and c["check"] == "nccl_net.rendezvous"]
+    assert hits and "29500" in hits[0]["detail"] and "node1" in hits[0]["detail"], explain(doc)
+    assert "open TCP 29500" in hits[0]["fix"]
+    assert [c for c in failed(doc) if c["check"] == "nccl_net.rendezvous"] == hits  # node1 is the master
+    assert elapsed < LIMIT_S and after == before

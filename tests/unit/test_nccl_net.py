@@ -321,3 +321,18 @@ def test_name_check_finds_wrong_node_loopback_and_unresolvable_names():
     # two nodes on one address (containers on one host, other ports): each name finds its address
     shared = [{"name": "c1", "ip": "10.0.0.5"}, {"name": "c2", "ip": "10.0.0.5"}]
     assert ni.name_check("c1", shared, {"c1": ["10.0.0.5"], "c2": ["10.0.0.5"]})["status"] == "pass"
+
+
+def test_rendezvous_check_from_a_real_probe_on_loopback():
+    # nothing listens on a port just released: the kernel refuses, which is reachable
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    ok, detail = ni.probe(None, None, "127.0.0.1", port, 2)
+    check = ni.rendezvous_check("node2", "node1", "127.0.0.1", port, ok, detail)
+    assert check["status"] == "pass" and "closed" in check["detail"]
+    blocked = ni.rendezvous_check("node2", "node1", "10.89.1.11", 29500, False, "10.89.1.11:29500: Permission denied")
+    assert blocked["status"] == "fail"
+    assert blocked["detail"].startswith("node2 cannot reach node1's rendezvous port 10.89.1.11:29500")
+    assert "open TCP 29500" in blocked["fix"] and "cluster_master_port" in blocked["fix"]
