@@ -768,6 +768,29 @@ def check_landing(node, results):
             "pairs": ["%s->%s" % (node, r["alias"]) for r in bad]}
 
 
+def shared_host_check(node, results):
+    """Nodes that answered with the same hostname and boot id, ``node`` among them, as seen through
+    this node's landing connections (results of ``landing_pair``). NCCL hashes exactly these two
+    (hostname + /proc/sys/kernel/random/boot_id, unless NCCL_HOSTID is set) to tell hosts apart:
+    containers of one machine that share a hostname (``--network host`` gives them the host's) are
+    one host to NCCL, which then uses shared memory and P2P between them. -> a warn check, or None."""
+    groups = {}
+    for r in results:
+        rep = r.get("reported") or {}
+        if r.get("ok") and rep.get("hostname") and rep.get("boot_id"):
+            groups.setdefault((rep["hostname"], rep["boot_id"]), set()).add(r.get("peer"))
+    shared = [(key[0], sorted(p for p in peers if p)) for key, peers in groups.items() if len(peers) > 1 and node in peers]
+    if not shared:
+        return None
+    hostname, peers = shared[0]
+    return {"check": "host identity", "status": "warn",
+            "detail": "%s report the same hostname (%s) and boot id: NCCL takes them for one host and uses shared "
+                      "memory and P2P between them ('Duplicate GPU detected', 'Error while attaching to shared "
+                      "memory segment')" % (" and ".join(peers), hostname),
+            "fix": "give each node its own hostname (a container: --hostname NAME; with --network host it gets "
+                   "the host's), or a distinct NCCL_HOSTID per node (nccl_net_extra_env)"}
+
+
 # ---------------------------------------------------------------- NCCL diagnosis
 
 

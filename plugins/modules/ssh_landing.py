@@ -76,7 +76,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 checks:
-  description: One C(landing) check for this node.
+  description:
+    - One C(landing) check for this node.
+    - Then a C(host identity) warning when this node and another answered with the same hostname and
+      boot id (what NCCL hashes to tell hosts apart; containers of one machine sharing a hostname).
   returned: always
   type: list
   elements: dict
@@ -97,7 +100,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    LANDING_SCRIPT, check_landing, landing_pair,
+    LANDING_SCRIPT, check_landing, landing_pair, shared_host_check,
 )
 
 
@@ -160,7 +163,8 @@ def main():
         pairs = list(pool.map(lambda j: from_report(j[0], j[1], p["reports"].get(j[0]))
                               or probe(ssh_argv, j[0], j[1], p["timeout"]), jobs))
     check = check_landing(p["node"], pairs)
-    result = {"changed": False, "checks": [check], "pairs": pairs}
+    shared = shared_host_check(p["node"], pairs)
+    result = {"changed": False, "checks": [check] + ([shared] if shared else []), "pairs": pairs}
     if p["fail_on_check"] and check["status"] == "fail":
         module.fail_json(msg="%s | fix: %s" % (check["detail"], check["fix"]), checks=[check],
                          pairs=[{k: v for k, v in pair.items() if k != "reported"} for pair in pairs])

@@ -408,3 +408,23 @@ def test_nofile_fix_names_the_pam_line_before_the_container():
     assert "re-create the container" in nr.check_nofile(limits, 16384, True, "podman", "ssh")["fix"]
     # ours to fix: the container policy does not turn it into a warning
     assert nr.apply_container_policy([dict(check)], True, "warn")[0]["status"] == "fail"
+
+
+def test_shared_host_identity_is_what_nccl_hashes():
+    fx = REPO / "tests" / "fixtures" / "runtime"
+    node1 = nr.parse_landing_report((fx / "landing-node1-to-node2-wrong-node1.txt").read_text())  # node1's report
+    node2 = nr.parse_landing_report((fx / "landing-node1-to-node2-ok.txt").read_text())
+    assert node1["hostname"] == "node1" and node2["hostname"] == "node2"
+    assert node1["boot_id"] == node2["boot_id"]  # containers of one machine: one kernel, one boot id
+    pairs = [{"alias": "node1", "peer": "node1", "ok": True, "reason": "", "reported": node1},
+             {"alias": "node2", "peer": "node2", "ok": True, "reason": "", "reported": node2}]
+    assert nr.shared_host_check("node1", pairs) is None  # hostnames differ: two hosts to NCCL
+    # the same two containers when both carry the host's hostname (--network host)
+    twin = [dict(pairs[0]), dict(pairs[1], reported=dict(node2, hostname="node1"))]
+    check = nr.shared_host_check("node2", twin)
+    assert check["status"] == "warn" and check["check"] == "host identity"
+    assert check["detail"].startswith("node1 and node2 report the same hostname (node1) and boot id")
+    assert "NCCL_HOSTID" in check["fix"] and "--hostname" in check["fix"]
+    # a node not in the group, or a failed landing, is not reported
+    assert nr.shared_host_check("node3", twin) is None
+    assert nr.shared_host_check("node2", [twin[0], dict(twin[1], ok=False)]) is None
