@@ -29,8 +29,10 @@ SNAPSHOT = (
     "for p in " + " ".join(WATCHED) + "; do "
     "  if [ -e \"$p\" ]; then find \"$p\" -type f -exec sha256sum {} + ; "
     "  find \"$p\" -printf '%p %m %u %s\\n'; else echo \"absent $p\"; fi; done | sort; "
-    # long-lived processes (ssh sessions of the controller and this probe itself excluded)
-    "ps -eo pid=,args= | grep -v -e 'sshd: ' -e 'ps -eo' -e 'sort' -e 'bash -c' -e 'grep -v' | sort"
+    # long-lived processes (ssh sessions of the controller and this probe itself excluded, and a
+    # session's shell that is exiting at that instant: a zombie, or `[bash]` once its cmdline is gone)
+    "ps -eo pid=,stat=,args= | awk '$2 !~ /^Z/ && $3 !~ /^\\[/ {$2 = \"\"; print}' "
+    "| grep -v -e 'sshd: ' -e 'ps -eo' -e 'sort' -e 'bash -c' -e 'grep -v' -e 'awk ' | sort"
 )
 
 
