@@ -290,7 +290,7 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
     busbw_big = max((row["busbw"] for row in big), default=None)
     ratio = round(busbw_big / tcp_gbps, 3) if busbw_big is not None and tcp_gbps else None
     # every node sending to the next at once (the all-reduce's own traffic): the ceiling of busbw
-    ring = [p for p in (first.get("tcp_ring") or [])] if first else []
+    ring = list(first.get("tcp_ring") or []) if first else []
     ring_gbps = min((p.get("gbps") or 0.0 for p in ring), default=None) or None
     ratio_ring = round(busbw_big / ring_gbps, 3) if busbw_big is not None and ring_gbps else None
     failures = diagnose(hosts, master_addr, master_port, holder)

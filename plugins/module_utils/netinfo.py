@@ -603,8 +603,21 @@ def probe_checks(host, decision, results):
     return checks, errors
 
 
+def _ip(text):
+    try:
+        return ipaddress.ip_address(str(text).split("%", 1)[0])
+    except ValueError:
+        return None
+
+
 def _loopback(addr):
-    return addr.startswith("127.") or addr in ("::1", "0:0:0:0:0:0:0:1")
+    ip = _ip(addr)
+    return bool(ip and ip.is_loopback)
+
+
+def names_to_resolve(peers):
+    """The peers' names that ``name_check`` needs resolved (a name that is an address is left out)."""
+    return [p["name"] for p in peers if p.get("name") and _ip(p["name"]) is None]
 
 
 def name_check(host, peers, resolved):

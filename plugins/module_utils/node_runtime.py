@@ -779,16 +779,23 @@ def shared_host_check(node, results):
         rep = r.get("reported") or {}
         if r.get("ok") and rep.get("hostname") and rep.get("boot_id"):
             groups.setdefault((rep["hostname"], rep["boot_id"]), set()).add(r.get("peer"))
-    shared = [(key[0], sorted(p for p in peers if p)) for key, peers in groups.items() if len(peers) > 1 and node in peers]
+    shared = next(((key[0], sorted(p for p in peers if p)) for key, peers in groups.items()
+                   if len(peers) > 1 and node in peers), None)
     if not shared:
         return None
-    hostname, peers = shared[0]
+    hostname, peers = shared
     return {"check": "host identity", "status": "warn",
             "detail": "%s report the same hostname (%s) and boot id: NCCL takes them for one host and uses shared "
                       "memory and P2P between them ('Duplicate GPU detected', 'Error while attaching to shared "
                       "memory segment')" % (" and ".join(peers), hostname),
             "fix": "give each node its own hostname (a container: --hostname NAME; with --network host it gets "
                    "the host's), or a distinct NCCL_HOSTID per node (nccl_net_extra_env)"}
+
+
+def landing_checks(node, results):
+    """This node's landing checks: ``check_landing``, then ``shared_host_check`` when it warns."""
+    shared = shared_host_check(node, results)
+    return [check_landing(node, results)] + ([shared] if shared else [])
 
 
 # ---------------------------------------------------------------- NCCL diagnosis

@@ -11,16 +11,8 @@ from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import 
 
 
 def parse_pdsh_output(stdout, stderr):
-    """pdsh 'host: text' lines -> ({host: first answer}, {host: the telling error line})."""
-    return _parse(stdout, stderr)[:2]
-
-
-def pdsh_error_fixes(stderr):
-    """{host: (ssh error class, fix)} for the nodes pdsh could not reach, from pdsh's stderr."""
-    return _parse("", stderr)[2]
-
-
-def _parse(stdout, stderr):
+    """pdsh 'host: text' lines -> ({host: first answer}, {host: the telling error line},
+    {host: (ssh error class, fix)} for the nodes whose ssh said why it failed)."""
     answers, texts, exits = {}, {}, {}
     for line in stdout.splitlines():
         host, sep, text = line.partition(": ")

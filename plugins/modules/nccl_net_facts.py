@@ -168,7 +168,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.netinfo import (
-    decide, decision_checks, name_check, probe, probe_checks, read_net, read_rdma, rendezvous_check)
+    decide, decision_checks, name_check, names_to_resolve, probe, probe_checks, read_net, read_rdma,
+    rendezvous_check)
 
 
 def resolve(peers):
@@ -212,16 +213,6 @@ def resolve_names(names, timeout):
     return {n: out.get(n) for n in names}
 
 
-def _is_address(text):
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, text)
-            return True
-        except (OSError, ValueError):
-            pass
-    return False
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -255,7 +246,7 @@ def main():
     decision = decide(net, rdma, peers, host, overrides)
     checks = decision_checks(host, decision)
     # every node's name, this one's included (a 127.0.1.1 line for it sends Gloo's peers to loopback)
-    names = [peer["name"] for peer in peers if peer.get("name") and not _is_address(str(peer["name"]))]
+    names = names_to_resolve(peers)
     if p["check_names"] and names:
         checks.append(name_check(host, peers, resolve_names(names, p["probe_timeout"])))
     errors = list(decision["errors"])

@@ -265,8 +265,8 @@ def node_token(module, p, result):
 
 def pam_files(ours):
     """[(path, text)] of pam_limits' configuration, in its reading order (ours included, marked by path)."""
-    dropins = os.path.join(os.path.dirname(ours), "") if ours else "/etc/security/limits.d/"
-    paths = [os.path.join(os.path.dirname(dropins.rstrip("/")), "limits.conf")]
+    dropins = os.path.dirname(ours)  # /etc/security/limits.d
+    paths = [os.path.join(os.path.dirname(dropins), "limits.conf")]
     try:
         paths += [os.path.join(dropins, n) for n in sorted(os.listdir(dropins)) if n.endswith(".conf")]
     except OSError:

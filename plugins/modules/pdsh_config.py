@@ -97,8 +97,7 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.pdsh import (missing_answers, parse_pdsh_output,
-                                                                          pdsh_error_fixes)
+from ansible_collections.provision.cluster.plugins.module_utils.pdsh import missing_answers, parse_pdsh_output
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user
 
 
@@ -164,12 +163,12 @@ def main():
             out, err = proc.stdout, proc.stderr
         except subprocess.TimeoutExpired:
             out, err = "", "pdsh@%s: all: timed out" % socket.gethostname()
-        answers, errors = parse_pdsh_output(out, err)
+        answers, errors, fixes = parse_pdsh_output(out, err)
         expect = p["expect_hostnames"] or p["hosts"]
         missing = missing_answers(p["hosts"], expect, answers, errors)
         source = socket.gethostname()
         # pdsh runs ssh: when ssh said why (host key changed, key not authorized, ...), its fix
-        ssh_fixes = sorted({fix for cls, fix in pdsh_error_fixes(err).values()})
+        ssh_fixes = sorted({fix for cls, fix in fixes.values()})
         fix = "run the ssh_mesh and pdsh stages"
         if len(ssh_fixes) == 1:
             fix = "ssh from %s failed: %s" % (source, ssh_fixes[0])

@@ -100,7 +100,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    LANDING_SCRIPT, check_landing, landing_pair, shared_host_check,
+    LANDING_SCRIPT, landing_checks, landing_pair,
 )
 
 
@@ -162,9 +162,9 @@ def main():
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
         pairs = list(pool.map(lambda j: from_report(j[0], j[1], p["reports"].get(j[0]))
                               or probe(ssh_argv, j[0], j[1], p["timeout"]), jobs))
-    check = check_landing(p["node"], pairs)
-    shared = shared_host_check(p["node"], pairs)
-    result = {"changed": False, "checks": [check] + ([shared] if shared else []), "pairs": pairs}
+    checks = landing_checks(p["node"], pairs)
+    check = checks[0]
+    result = {"changed": False, "checks": checks, "pairs": pairs}
     if p["fail_on_check"] and check["status"] == "fail":
         module.fail_json(msg="%s | fix: %s" % (check["detail"], check["fix"]), checks=[check],
                          pairs=[{k: v for k, v in pair.items() if k != "reported"} for pair in pairs])

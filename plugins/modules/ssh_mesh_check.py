@@ -144,7 +144,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    LANDING_SCRIPT, check_landing, landing_pair, parse_landing_report, shared_host_check)
+    LANDING_SCRIPT, landing_checks, landing_pair, parse_landing_report)
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (as_user, classify_ssh_error,
                                                                               strict_modes_check, strict_modes_problems)
 
@@ -216,8 +216,7 @@ def landing_from_reports(source, peers, reports):
             except ValueError:
                 return None
             pairs.append(dict(pair, from_mesh=True))
-    shared = shared_host_check(source, pairs)
-    return {"changed": False, "checks": [check_landing(source, pairs)] + ([shared] if shared else []), "pairs": pairs}
+    return {"changed": False, "checks": landing_checks(source, pairs), "pairs": pairs}
 
 
 def main():

@@ -163,15 +163,15 @@ def test_plan_systemd():
 # ------------------------------------------------------------------ pdsh
 
 def test_pdsh_output_ok():
-    ans, err = pdsh.parse_pdsh_output((OURS / "pdsh-out-ok.stdout").read_text(),
-                                      (OURS / "pdsh-out-ok.stderr").read_text())
+    ans, err, fixes = pdsh.parse_pdsh_output((OURS / "pdsh-out-ok.stdout").read_text(),
+                                             (OURS / "pdsh-out-ok.stderr").read_text())
     assert ans == {"node1": "node1", "node2": "node2", "node3": "node3"} and err == {}
     assert pdsh.missing_answers(["node1", "node2", "node3"], ["node1", "node2", "node3"], ans, err) == []
 
 
 def test_pdsh_output_one_unresolvable():
-    ans, err = pdsh.parse_pdsh_output((OURS / "pdsh-out-one-unresolvable.stdout").read_text(),
-                                      (OURS / "pdsh-out-one-unresolvable.stderr").read_text())
+    ans, err, fixes = pdsh.parse_pdsh_output((OURS / "pdsh-out-one-unresolvable.stdout").read_text(),
+                                             (OURS / "pdsh-out-one-unresolvable.stderr").read_text())
     hosts = ["node1", "node2", "node3", "nosuchnode"]
     assert pdsh.missing_answers(hosts, hosts, ans, err) == [
         "nosuchnode: ssh: Could not resolve hostname nosuchnode: Name or service not known"]
@@ -179,18 +179,17 @@ def test_pdsh_output_one_unresolvable():
 
 
 def test_pdsh_output_host_key_changed_names_ssh_message_not_banner():
-    ans, err = pdsh.parse_pdsh_output((OURS / "pdsh-out-host-key-changed.stdout").read_text(),
-                                      (OURS / "pdsh-out-host-key-changed.stderr").read_text())
+    ans, err, fixes = pdsh.parse_pdsh_output((OURS / "pdsh-out-host-key-changed.stdout").read_text(),
+                                             (OURS / "pdsh-out-host-key-changed.stderr").read_text())
     assert ans == {"node1": "node1"}
     assert pdsh.missing_answers(["node1", "node2"], ["node1", "node2"], ans, err) == [
         "node2: Host key for [10.89.224.12]:2222 has changed and you have requested strict checking."]
-    fixes = pdsh.pdsh_error_fixes((OURS / "pdsh-out-host-key-changed.stderr").read_text())
     assert list(fixes) == ["node2"] and fixes["node2"][0] == "host_key_changed"
     assert "known_hosts" in fixes["node2"][1]
     # an unresolvable name is classified too; the ok run has nothing to fix
-    assert pdsh.pdsh_error_fixes((OURS / "pdsh-out-one-unresolvable.stderr").read_text())["nosuchnode"][0] \
+    assert pdsh.parse_pdsh_output("", (OURS / "pdsh-out-one-unresolvable.stderr").read_text())[2]["nosuchnode"][0] \
         == "name_unresolvable"
-    assert pdsh.pdsh_error_fixes((OURS / "pdsh-out-ok.stderr").read_text()) == {}
+    assert pdsh.parse_pdsh_output("", (OURS / "pdsh-out-ok.stderr").read_text())[2] == {}
 
 
 def test_as_user():
