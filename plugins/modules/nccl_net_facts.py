@@ -82,8 +82,9 @@ options:
       - The master node of the rendezvous, C(name), C(address) (default the name) and C(port)
         (C(cluster_master_port)). From every other node, with O(probe), a TCP connect to it over the
         routing table (as torchrun's workers connect) adds the check C(nccl_net.rendezvous). A refused
-        connection is reachable; a timeout or an unreachable error fails it (a firewall that lets ssh
-        through but not the rendezvous port makes torchrun wait until its rendezvous timeout).
+        connection is reachable; a timeout or an unreachable error, twice (1 s apart), fails it (a
+        firewall that lets ssh through but not the rendezvous port makes torchrun wait until its
+        rendezvous timeout).
         Never an error (O(fail_on_error) ignores it).
     type: dict
   fail_on_error:
@@ -265,7 +266,14 @@ def main():
     rdzv = p["rendezvous"] or {}
     if p["probe"] and rdzv.get("name") and rdzv.get("port") and rdzv["name"] != host:
         target = resolve([{"name": rdzv["name"], "address": rdzv.get("address") or rdzv["name"]}])[0]
-        ok, detail = probe(None, None, target["ip"], int(rdzv["port"]), p["probe_timeout"])
+        # a second try after a pause, as the SSH matrix retries: a lab/VM network that blinks for a
+        # moment (seen once in CI: ENETUNREACH while ssh to the same address worked) is not a firewall
+        for attempt in range(2):
+            ok, detail = probe(None, None, target["ip"], int(rdzv["port"]), p["probe_timeout"])
+            if ok:
+                break
+            if attempt == 0:
+                time.sleep(1.0)
         checks.append(rendezvous_check(host, rdzv["name"], target["ip"], int(rdzv["port"]), ok, detail))
     result = dict(
         changed=False,
