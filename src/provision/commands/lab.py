@@ -1,0 +1,121 @@
+"""`provision lab`: a local N-node lab of podman containers (src/provision/lab.py is the core)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from provision import lab as lab_core
+from provision.terminal import EXIT_FAILED, EXIT_USAGE, Terminal, make_table
+
+
+class UsageError(click.UsageError):
+    exit_code = EXIT_USAGE
+
+
+@click.group("lab")
+def command() -> None:
+    """A local N-node lab of podman containers (nodes start bare, like fresh machines)."""
+
+
+def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for value in values:
+        idx, sep, opts = value.partition(":")
+        if not sep or not idx.isdigit():
+            raise UsageError(f"--node-option must look like 2:--ulimit=memlock=64:64, got {value!r}")
+        out.setdefault(int(idx), []).extend(opts.split())
+    return out
+
+
+@command.command("up")
+@click.option("--nodes", "-n", default=lab_core.DEFAULT_NODES, show_default=True, type=int,
+              help="Number of nodes.")
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME",
+              help="Lab name (several labs can coexist).")
+@click.option("--image", "flavour", default="full", show_default=True,
+              type=click.Choice(sorted(lab_core.FLAVOURS)), help="Node image flavour.")
+@click.option("--shm-size", default="1g", show_default=True, help="/dev/shm size of every node.")
+@click.option("--node-option", "node_options", multiple=True, metavar="I:OPTS",
+              help="Extra podman run options for node I, e.g. '2:--ulimit=memlock=65536:65536'.")
+@click.option("--root-password-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Start sshd on 2222 with root password login only (first-contact tests).")
+@click.option("--json", "json_mode", is_flag=True, help="Print the lab status as JSON.")
+def lab_up(nodes: int, name: str, flavour: str, shm_size: str, node_options: tuple[str, ...],
+           root_password_file: str | None, json_mode: bool) -> None:
+    """Bring up (or keep) a lab of N nodes; a second `up` is a fast no-op."""
+    term = Terminal(json_mode=json_mode)
+    password = None
+    if root_password_file:
+        password = open(root_password_file, encoding="utf-8").read().strip()
+    spec = lab_core.LabSpec(name=name, nodes=nodes, flavour=flavour, shm_size=shm_size,
+                            node_options=_parse_node_options(node_options), password=password)
+    try:
+        state = lab_core.up(spec, log=term.info)
+    except lab_core.LabError as exc:
+        term.error(str(exc))
+        sys.exit(EXIT_FAILED)
+    _print_status(term, state, json_mode)
+    if not json_mode:
+        from provision.paths import content_root
+
+        term.info(f"inventory: {content_root() / 'inventory' / 'lab'}"
+                  + ("" if name == lab_core.DEFAULT_NAME else f"  (with PROVISION_LAB_NAME={name})"))
+
+
+@command.command("status")
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME")
+@click.option("--json", "json_mode", is_flag=True, help="Machine-readable output.")
+def lab_status(name: str, json_mode: bool) -> None:
+    """Show each node's name, container, addresses and state."""
+    term = Terminal(json_mode=json_mode)
+    try:
+        state = lab_core.status(name)
+    except lab_core.LabError as exc:
+        term.error(str(exc))
+        sys.exit(EXIT_FAILED)
+    _print_status(term, state, json_mode)
+    if not state["up"]:
+        sys.exit(EXIT_FAILED)
+
+
+@command.command("down")
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME")
+def lab_down(name: str) -> None:
+    """Remove every container and network of this lab, and nothing else."""
+    term = Terminal()
+    try:
+        removed = lab_core.down(name, log=lambda _m: None)
+    except lab_core.LabError as exc:
+        term.error(str(exc))
+        sys.exit(EXIT_FAILED)
+    term.info(f"lab {name}: removed {len(removed['containers'])} container(s), "
+              f"{len(removed['networks'])} network(s)")
+
+
+@command.command("setup")
+def lab_setup() -> None:
+    """Install what the lab needs on this (Debian-family) machine: podman, runc, debootstrap."""
+    term = Terminal()
+    try:
+        done = lab_core.setup_host(log=term.info)
+    except lab_core.LabError as exc:
+        term.error(str(exc))
+        sys.exit(EXIT_FAILED)
+    term.info("; ".join(done) if done else "nothing to do: podman, runc, debootstrap and "
+              "containers.conf are in place")
+
+
+def _print_status(term: Terminal, state: dict, json_mode: bool) -> None:
+    if json_mode:
+        term.emit_json(state)
+        return
+    table = make_table(f"lab {state['lab']}", ["node", "container", "cluster address",
+                                              "side address (eth0)", "state"])
+    for node in state["nodes"]:
+        table.add_row(node["name"], node["container"], node["address"], node["side_address"],
+                      node["state"])
+    term.table(table)
+    if not state["nodes"]:
+        term.info(f"lab {state['lab']} is down: `provision lab up --name {state['lab']}`")
