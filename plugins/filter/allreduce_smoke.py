@@ -44,7 +44,7 @@ _value:
 
 import time
 
-from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import reuse_decision, table_lines
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import node_inputs, reuse_decision, table_lines
 
 
 def _plain(value):
@@ -67,6 +67,14 @@ def allreduce_smoke_reuse(last, inputs, reuse=False, max_age=86400, now=None):
             "failure_lines": [], "lines": []}
 
 
+def allreduce_smoke_nodes(order, hostvars):
+    """Per node, what a green run proved about it (module_utils.allreduce_smoke.node_inputs)."""
+    def get(host, name):
+        value = hostvars[host].get(name) if host in hostvars else None
+        return _plain(value) if value is not None else None
+    return node_inputs(list(order), get)
+
+
 class FilterModule:
     def filters(self):
-        return {"allreduce_smoke_reuse": allreduce_smoke_reuse}
+        return {"allreduce_smoke_reuse": allreduce_smoke_reuse, "allreduce_smoke_nodes": allreduce_smoke_nodes}

@@ -359,6 +359,25 @@ def table_lines(result: dict) -> list[str]:
 
 
 # --------------------------------------------------------------------------- re-run decision
+def node_inputs(order, get):
+    """Per node, what a green all-reduce proved about it: rank, address, versions, environment block,
+    GPUs and boot. get(host, var) reads one published result of another stage (cluster_plan,
+    python_env_versions, shell_env_result, gpu_facts, node_runtime)."""
+    out = {}
+    for rank, h in enumerate(order):
+        gpu = get(h, "gpu_facts") or {}
+        out[h] = {
+            "rank": rank,
+            "address": ((get(h, "cluster_plan") or {}).get("address_of") or {}).get(h, h),
+            "versions": get(h, "python_env_versions"),
+            "env": (get(h, "shell_env_result") or {}).get("block"),
+            "gpus": [gpu.get("gpu_count", 0), gpu.get("driver_version", "")]
+            + [g.get("uuid", "") for g in gpu.get("gpus") or []],
+            "boot_id": ((get(h, "node_runtime") or {}).get("identity") or {}).get("boot_id", ""),
+        }
+    return out
+
+
 def fingerprint(inputs: dict) -> str:
     """sha256 of what a green all-reduce proved: the worker configuration and, per node, the facts
     the run depends on (address, versions, environment block, GPUs, boot). Key order does not matter."""

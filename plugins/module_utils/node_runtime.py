@@ -747,6 +747,18 @@ def landing_verdict(alias, expected, reported):
     return False, "`ssh %s` landed on %s, not %s: %s" % (alias, landed, expected.get("name"), "; ".join(problems))
 
 
+def landing_from_report(alias, peer, text):
+    """The verdict from a report the SSH mesh check already read through `ssh alias` in this run,
+    when it proves the landing (same node-id token); None when it must be probed again."""
+    if not text or not peer.get("token"):
+        return None
+    try:
+        pair = landing_pair(alias, peer, text)
+    except ValueError:
+        return None
+    return dict(pair, from_mesh=True) if pair["ok"] else None
+
+
 def check_landing(node, results):
     """results: [{"alias","peer","ok","reason"}] for one source node -> one check dict."""
     bad = [r for r in results if not r["ok"]]

@@ -386,6 +386,8 @@ def test_ranks_follow_the_inventory_order_after_the_master(tmp_path):
     (tmp_path / "play.yml").write_text(
         "- hosts: cluster\n  gather_facts: false\n  vars_files: [" + str(REPO / "roles/allreduce_smoke/vars/main.yml") + "]\n"
         "  vars: {cluster_master: node3}\n  tasks:\n"
+        "    - ansible.builtin.include_role: {name: provision.cluster.preflight, tasks_from: plan}\n"
+        "      vars: {__preflight_plan_stages: []}\n"
         "    - ansible.builtin.assert:\n        that: __allreduce_smoke_order == ['node3', 'node1', 'node2', 'node4', 'node5', 'node6', 'node7', 'node8']\n"
         "        fail_msg: '{{ __allreduce_smoke_order }}'\n      run_once: true\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}

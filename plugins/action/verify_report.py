@@ -1,0 +1,93 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""provision.cluster.verify_report: every node's checks -> the verify document (run once, on the controller)."""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome
+from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document, fail_lines
+from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan
+
+
+def _bool(value):
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+
+
+def _reach(node_result, reach_result):
+    """(reachable, why not) from the ping task (skipped inside site.yml) and the checks task."""
+    for res in (reach_result, node_result):
+        if isinstance(res, dict) and (res.get("unreachable") or (res is reach_result and res.get("failed"))):
+            return False, C.one_line(res.get("msg")) or "unreachable"
+    if not isinstance(node_result, dict) or not node_result:
+        return False, "no result from this node"
+    return True, ""
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("select", "smoke", "reuse", "stats"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        try:
+            selected = K.select(args.get("select"), _bool(args.get("smoke", False)))
+        except K.UnknownCheck as exc:
+            return dict(result, failed=True, msg=str(exc))
+        var = Variables(task_vars, self._templar, self._loader)
+        order = list(task_vars.get("ansible_play_hosts_all") or [])
+        plan = cluster_plan(var, order)
+        addresses = plan.get("address_of") or {}
+        reuse = _bool(args.get("reuse", False))
+
+        nodes, rows, versions, gpus = {}, {}, {}, {}
+        for h in order:
+            node = var.hostvar(h, "verify_node_result") or {}
+            peers = var.hostvar(h, "verify_peers_result") or {}
+            reachable, why = _reach(node, var.hostvar(h, "verify_reach"))
+            data = node.get("data") or {}
+            records = list(node.get("checks") or []) + list(peers.get("checks") or [])
+            if reachable and node.get("failed") and not records:
+                records = [C.failed("verify", node.get("msg") or "the checks failed", "see `provision verify -v`", node=h)]
+            nodes[h] = {"address": addresses.get(h, h), "reachable": reachable, "reach_detail": why, "checks": records,
+                        "connection": {"connection": var.hostvar(h, "ansible_connection") or "ssh",
+                                       "host": var.hostvar(h, "ansible_host") or h,
+                                       "port": var.hostvar(h, "ansible_port"), "user": var.hostvar(h, "ansible_user")}}
+            if (data.get("mesh") or {}).get("row"):
+                rows[h] = data["mesh"]["row"]
+            if (data.get("versions") or {}).get("versions"):
+                versions[h] = data["versions"]["versions"]
+            if (data.get("gpu") or {}).get("gpu"):
+                gpus[h] = data["gpu"]["gpu"]
+
+        differing = []
+        if "versions" in selected and versions:
+            compare = None
+            reused_all = all("versions" in ((var.hostvar(h, "verify_node_result") or {}).get("reused") or [])
+                             for h in versions)
+            if reuse and reused_all:
+                compare = (var.hostvar(order[0], "python_env_result") or {}).get("compare")
+            if not compare:
+                compare, _msg = compare_outcome(versions, [h for h in order if h in versions], fail=False)
+            differing = list(compare.get("differing_hosts") or [])
+            for h, c in compare_checks(compare, [h for h in order if h in versions]).items():
+                nodes[h]["checks"].append(c)
+
+        allreduce, error = None, None
+        if "smoke" in selected and order:
+            allreduce = var.hostvar(order[0], "allreduce_smoke_result")
+            error = var.hostvar(order[0], "verify_smoke_error")
+            if error and isinstance(allreduce, dict) and allreduce.get("status") != "fail":
+                allreduce = None  # an earlier run's result: this run failed before it had one
+        doc = build_document(order, nodes, selected=selected, mesh_rows=rows, versions=versions, gpus=gpus,
+                             differing_nodes=differing, allreduce=allreduce, allreduce_error=error)
+        lines = fail_lines(doc)
+        result.update(changed=False, document=doc, fail_lines=lines)
+        if _bool(args.get("stats", True)):
+            result["ansible_stats"] = {"data": {"provision_verify": doc}, "per_host": False, "aggregate": False}
+        return result
+
