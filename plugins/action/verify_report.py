@@ -27,6 +27,14 @@ def _reach(node_result, reach_result):
     return True, ""
 
 
+def _inventory_problem(line, order):
+    """'node2: address ... is also used by node1; fix: ...' -> (node2, failed check `inventory`)."""
+    head, _, rest = line.partition(": ")
+    node = head if head in order else (order[0] if order else head)
+    detail, _, fix = (rest if head in order else line).partition("; fix: ")
+    return node, C.failed("inventory", detail, fix, node=node)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("select", "smoke", "reuse", "stats"))
@@ -63,6 +71,11 @@ class ActionModule(ActionBase):
                 versions[h] = data["versions"]["versions"]
             if (data.get("gpu") or {}).get("gpu"):
                 gpus[h] = data["gpu"]["gpu"]
+
+        for line in plan.get("problems") or []:
+            h, c = _inventory_problem(line, order)
+            if h in nodes:
+                nodes[h]["checks"].insert(0, c)
 
         differing = []
         if "versions" in selected and versions:

@@ -94,7 +94,8 @@ def resolve_inventory(inventory: str | None) -> str:
 
 def read_inventory(inventory: str | None, limit: str | None = None, *, timeout: float = 120) -> dict[str, Any]:
     """`ansible-inventory --list` as JSON; AnsibleError with one line when the inventory is unusable."""
-    argv = [tool("ansible-inventory"), "--list"] + (["-i", inventory] if inventory else [])
+    # -v: the inventory plugins' own complaints are warnings only shown with it
+    argv = [tool("ansible-inventory"), "--list", "-v"] + (["-i", inventory] if inventory else [])
     if limit:
         argv += ["--limit", limit]
     env = environment({"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_NOCOLOR": "1"})
@@ -128,8 +129,12 @@ def plain(value: Any) -> Any:
 def group_hosts(data: dict[str, Any], group: str) -> list[str]:
     """The hosts of GROUP (and its children, depth first) in inventory order."""
     out: list[str] = []
+    seen: set[str] = set()
 
     def walk(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
         entry = data.get(name) or {}
         for host in entry.get("hosts") or []:
             if host not in out:

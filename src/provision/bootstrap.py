@@ -32,7 +32,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -492,45 +491,21 @@ class Target:
 
 def inventory_hosts(data: dict) -> list[str]:
     """Host names of `ansible-inventory --list` output in inventory order (depth first from all)."""
-    order: list[str] = []
-    seen_groups: set[str] = set()
+    from provision import ansible
 
-    def walk(group: str) -> None:
-        if group in seen_groups:
-            return
-        seen_groups.add(group)
-        node = data.get(group) or {}
-        for host in node.get("hosts", []):
-            if host not in order:
-                order.append(host)
-        for child in node.get("children", []):
-            walk(child)
-
-    walk("all")
-    for host in (data.get("_meta") or {}).get("hostvars", {}):
-        if host not in order:
-            order.append(host)
-    return order
-
-
-def _plain(value):
-    """ansible-inventory >= 2.19 prints unsafe strings as {"__ansible_unsafe": "..."}."""
-    if isinstance(value, dict):
-        if set(value) == {"__ansible_unsafe"}:
-            return _plain(value["__ansible_unsafe"])
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+    order = ansible.group_hosts(data, "all")
+    return order + [h for h in (data.get("_meta") or {}).get("hostvars", {}) if h not in order]
 
 
 def targets_from_inventory(data: dict, *, user: str | None = None,
                            default_user: str = "root") -> tuple[list[Target], list[tuple[str, str]]]:
     """(SSH targets, [(host, why skipped)]) from `ansible-inventory --list` JSON."""
+    from provision import ansible
+
     hostvars = (data.get("_meta") or {}).get("hostvars", {})
     targets, skipped = [], []
     for name in inventory_hosts(data):
-        hv = _plain(hostvars.get(name) or {})
+        hv = ansible.plain(hostvars.get(name) or {})
         conn = str(hv.get("ansible_connection", "ssh"))
         if conn not in SSH_CONNECTIONS:
             skipped.append((name, f"ansible_connection={conn}: no SSH first contact to make"))
@@ -677,33 +652,12 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 
 def load_inventory(inventory: str, limit: str | None = None, *, timeout: float = 120) -> dict:
     """`ansible-inventory -i INV --list` as JSON (BootstrapError when it cannot be read)."""
-    import json
+    from provision import ansible
 
-    from provision.paths import ansible_env
-
-    exe = Path(sys.executable).parent / "ansible-inventory"
-    argv = [str(exe) if exe.exists() else (shutil.which("ansible-inventory") or "ansible-inventory"),
-            "-i", inventory, "--list"]
-    if limit:
-        argv += ["--limit", limit]
-    env = ansible_env({"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_NOCOLOR": "1"})
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                              check=False, stdin=subprocess.DEVNULL)
-    except FileNotFoundError as exc:
-        raise BootstrapError("ansible-inventory is missing: pip install ansible-core") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise BootstrapError(f"ansible-inventory -i {inventory} did not finish in {timeout:.0f} s") from exc
-    if proc.returncode != 0:
-        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("[")]
-        # the first parser's complaint says most (ansible-core 2.19 prints one per plugin tried)
-        why = next((line for line in lines if "Failed to parse" in line), lines[-1] if lines else "")
-        raise BootstrapError(f"cannot read inventory {inventory}: {why or proc.returncode} "
-                             f"(all of it: ansible-inventory -i {inventory} --list)")
-    try:
-        return json.loads(proc.stdout)
-    except ValueError as exc:
-        raise BootstrapError(f"ansible-inventory printed no JSON for {inventory}") from exc
+        return ansible.read_inventory(inventory, limit, timeout=timeout)
+    except ansible.AnsibleError as exc:
+        raise BootstrapError(str(exc)) from exc
 
 
 # ====================================================================== remote side (paramiko)
