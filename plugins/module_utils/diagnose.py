@@ -36,6 +36,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.checks import fa
 CHECK_PREFIX = "diagnose."
 MAX_EVIDENCE = 220
 MAX_UNKNOWN_LINES = 25
+MAX_MATCHES = 500  # per cause and log: enough lines to name every node, bounded work on huge logs
 
 # --------------------------------------------------------------------------- fixes shared by causes
 _FIX_NCCL_IFNAME = "set NCCL_SOCKET_IFNAME to the interface that holds the cluster address (nccl_net role picks it)"
@@ -63,15 +64,19 @@ class Cause:
         self.resource = resource              # one of node_runtime's checks (shm, ipc, memlock, nofile)
         self.node_from = node_from            # the group or context value that names the node, when there is one
 
-    def explain(self, match, text):
-        """(detail, fix, values) for one match: the templates filled from the match's groups and the context."""
-        values = {k: v for k, v in match.groupdict().items() if v is not None}
+    def context_values(self, text):
+        """The context values found anywhere in text (the first group of each context pattern's first match)."""
         found = {}
         for name, regex in self.context.items():
             hit = regex.search(text)
             if hit:
                 found[name] = next((g for g in hit.groups() if g is not None), hit.group(0))
-        values = dict(found, **values)
+        return found
+
+    def explain(self, match, text, context=None):
+        """(detail, fix, values) for one match: the templates filled from the match's groups and the context."""
+        found = self.context_values(text) if context is None else context
+        values = dict(found, **{k: v for k, v in match.groupdict().items() if v is not None})
         template = self.detail
         if self.detail_context and self.context and len(found) == len(self.context):
             template = self.detail_context
@@ -458,11 +463,16 @@ def find_causes(text):
     for order, c in enumerate(CAUSES):
         if c.requires is not None and not c.requires.search(text):
             continue
-        for m in c.regex.finditer(text):
+        context = None
+        for count, m in enumerate(c.regex.finditer(text)):
+            if count >= MAX_MATCHES:
+                break
             number = index.number(m.start())
             if _CODE_LINE.match(index.line(number)):
                 continue
-            detail, fix, values = c.explain(m, text)
+            if context is None:
+                context = c.context_values(text)
+            detail, fix, values = c.explain(m, text, context)
             found.append({"cause": c.cause, "order": order, "detail": detail, "fix": fix, "symptom": c.symptom,
                           "suppresses": c.suppresses, "line": number, "evidence": _evidence(index.line(number)),
                           "node": values.get(c.node_from) or values.get(c.node_from + "2"),
