@@ -16,7 +16,8 @@ import hashlib
 import json
 import re
 
-from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import explain_nccl_resource_error
+# the log -> cause mapping lives in diagnose (one implementation for the smoke test, launch and the CLI)
+from ansible_collections.provision.cluster.plugins.module_utils.diagnose import classify_log  # noqa: F401
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
@@ -138,63 +139,6 @@ def nccl_findings(parsed: dict, infiniband_devices: list | None = None) -> list[
 # --------------------------------------------------------------------------- diagnosis
 def check(name: str, status: str, detail: str, fix: str = "") -> dict:
     return {"check": name, "status": status, "detail": detail, "fix": fix}
-
-
-# (cause, regex, detail template, fix template); first match wins, order = most specific first
-_PATTERNS = [
-    ("duplicate_gpu", r"Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+)",
-     "two ranks on one GPU: rank {0} and rank {1} both on CUDA device {2}",
-     "start one rank per GPU (nproc_per_node <= GPU count) and call torch.cuda.set_device(LOCAL_RANK); "
-     "check CUDA_VISIBLE_DEVICES"),
-    ("no_interface", r"NCCL_SOCKET_IFNAME set by environment to (\S+)[\s\S]*no socket interface found",
-     "NCCL found no usable interface: NCCL_SOCKET_IFNAME={0} matches no interface that is up",
-     "set NCCL_SOCKET_IFNAME to the interface that holds the cluster address (nccl_net role picks it)"),
-    ("no_interface", r"no socket interface found",
-     "NCCL found no usable socket interface",
-     "set NCCL_SOCKET_IFNAME to the interface that holds the cluster address (nccl_net role picks it)"),
-    ("no_interface", r"Unable to find address for:? ?(\S+)|interface (\S+) not found|"
-     r"(?:getifaddrs|ifname).*[Nn]o such device",
-     "gloo found no usable interface {0}",
-     "set GLOO_SOCKET_IFNAME to the interface that holds the cluster address"),
-    # /dev/shm, IPC, memlock and nofile errors: node_runtime's one mapping (see classify_log)
-    ("node_runtime", None, "", ""),
-    ("port_held", r"EADDRINUSE|[Aa]ddress already in use",
-     "the master port is already in use on the master node",
-     "stop the process holding it (`ss -ltnp` / fuser PORT/tcp) or set cluster_master_port to a free port"),
-    ("peer_unreachable", r"failed to connect to (\S+?):(\d+) \(errno: \d+ - (Network is unreachable|"
-     r"No route to host|Connection timed out)\)",
-     "cannot reach the master {0}:{1} ({2})",
-     "use an address on the cluster network for cluster_master_addr and check routes/firewall between "
-     "the nodes on that interface"),
-    ("rendezvous_connection", r"RendezvousConnectionError",
-     "could not talk to the c10d rendezvous store on the master port (a foreign listener or no server)",
-     "check what listens on the master port on the master node; make sure nothing but the job uses it"),
-    ("rendezvous_timeout", r"RendezvousTimeoutError|[Ww]ait timeout|[Tt]imed out.*(?:workers|rendezvous)|"
-     r"client socket has timed out|Socket Timeout|timed out after \d+ms while trying to connect|"
-     r"waiting for clients\. (\d+/\d+) clients joined",
-     "rendezvous timed out: not every rank joined in time",
-     "start the job on every node (same nnodes/world size and master address/port); "
-     "check the master address is reachable from every node"),
-    ("peer_lost", r"Connection reset by peer|Connection closed by peer|[Bb]roken pipe|"
-     r"NCCL error.*remote process exited",
-     "a peer went away during the collective (killed, crashed or the network dropped)",
-     "look at that node's worker log; rerun when every node is healthy"),
-]
-
-
-def classify_log(text: str) -> dict | None:
-    """The most likely cause named by one log text: {cause, detail, fix} or None."""
-    for cause, pattern, detail, fix in _PATTERNS:
-        if pattern is None:
-            resource = explain_nccl_resource_error(text)
-            if resource:
-                return {"cause": resource[0], "detail": resource[1], "fix": resource[2]}
-            continue
-        match = re.search(pattern, text)
-        if match:
-            groups = [g for g in match.groups() if g is not None] if match.groups() else []
-            return {"cause": cause, "detail": detail.format(*groups, *[""] * 3), "fix": fix.format(*groups)}
-    return None
 
 
 _REACH_TEXT = {"unreachable": "no route (network unreachable)", "timeout": "no answer (connect timed out)",

@@ -95,13 +95,19 @@ def _problem(res: dict) -> str | None:
 
 
 class Printer:
-    """Prints whole lines with a `[node]` prefix; keeps partial lines until they end."""
+    """Prints whole lines with a `[node]` prefix; keeps partial lines until they end, and the last
+    TAIL characters of each node's output for `provision diagnose` when the job fails."""
+
+    TAIL = 4 << 20
 
     def __init__(self, hosts: list[str]):
         self.width = max(len(h) for h in hosts)
         self.partial: dict[str, str] = {}
+        self.tail: dict[str, str] = {}
 
     def feed(self, host: str, text: str, final: bool = False) -> None:
+        if text:
+            self.tail[host] = (self.tail.get(host, "") + text)[-self.TAIL:]
         buf = self.partial.get(host, "") + text
         lines = buf.split("\n")
         self.partial[host] = "" if final else lines.pop()
@@ -152,7 +158,11 @@ def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, p
         _usage(str(exc))
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     play = Play(inventory, group, run_id, env, extra={"launch_on": where, **extra})
-    sys.exit(_drive(play, hosts, script, list(program), chdir, timeout, poll_wait))
+    printer = Printer(hosts)
+    code = _drive(play, hosts, script, list(program), chdir, timeout, poll_wait, printer)
+    if code == EXIT_FAILED:
+        _diagnose_output(printer.tail)
+    sys.exit(code)
 
 
 def _usage(message: str) -> None:
@@ -161,10 +171,10 @@ def _usage(message: str) -> None:
 
 
 def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir: str | None,
-           timeout: float, poll_wait: float) -> int:
+           timeout: float, poll_wait: float, printer: Printer | None = None) -> int:
     deadline = time.monotonic() + timeout
     step = 120.0 + poll_wait  # bound of one Ansible round trip
-    printer = Printer(hosts)
+    printer = printer or Printer(hosts)
     started: list[str] = []
     try:
         args = {"launch_script": script, "launch_args": program}
@@ -234,6 +244,25 @@ def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir:
         click.echo("provision launch: interrupted; stopping %s" % ", ".join(started), err=True)
         _stop(play, started, step)
         return EXIT_FAILED
+
+
+def _diagnose_output(outputs: dict[str, str]) -> None:
+    """After a failed job: what `provision diagnose` names in each node's output (never changes the exit status)."""
+    if not any(outputs.values()):
+        return
+    try:
+        from provision import diagnose
+
+        doc = diagnose.diagnose(list(outputs.items()), nodes={h: h for h in outputs})
+    except Exception as exc:  # a diagnosis that fails must not hide the job's own failure
+        click.echo("provision launch: diagnose: %s" % exc, err=True)
+        return
+    for c in doc["causes"]:
+        click.echo("provision launch: diagnose: %s: %s: %s | fix: %s"
+                   % (c.get("node") or "?", c["check"], c["detail"], c["fix"]), err=True)
+    if not doc["causes"]:
+        click.echo("provision launch: diagnose: no known cause in the job's output "
+                   "(`provision diagnose` on the full logs may say more)", err=True)
 
 
 def _stop(play: Play, hosts: list[str], step: float) -> None:
