@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, Iterable
 
-from provision.collection import module_utils
+from provision.ansible import collection_module
 
 SCHEMA = 1
 STDIN = "-"
@@ -52,7 +52,7 @@ def diagnose(logs: list[tuple[str, str]], node: str | None = None,
     """The document for logs [(source, text)]; `node` names the node of lines that carry none, `nodes`
     does it per source (as `provision launch` knows which node printed what)."""
     nodes = nodes or {}
-    job = module_utils("diagnose").diagnose_job([(src, text, nodes.get(src) or node) for src, text in logs])
+    job = collection_module("diagnose").diagnose_job([(src, text, nodes.get(src) or node) for src, text in logs])
     named = sorted({c["node"] for c in job["causes"] if c.get("node")})
     return {
         "schema": SCHEMA,
