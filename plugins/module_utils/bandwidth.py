@@ -25,7 +25,8 @@ Factors and their sources (docs/health-checks.md has the derivation):
   NVSwitch systems from NVLink 4 on ("a 30% improvement using NVLink SHARP", nccl#1442; "~480GB/s"
   on 8 H100, nccl-tests#212; 476 GB/s measured "in the expected range", nccl-tests#290).
 - PCIe: NCCL's own topology model, width x speed / 80 GB/s with 15/30/60/120/240/480 (x100 Mb/s
-  per lane) for Gen1..6 (kvDictPciGen, explained by sjeaugey in nccl#1206: Gen4 x16 = 24 GB/s).
+  per lane) for Gen1..6 (kvDictPciGen; sjeaugey in nccl#1206: "120 means 12000 Mbps = 1.5 GB/s per
+  lane", so Gen4 x16 = 24 GB/s).
 - TCP sockets: 0.6 of the interface speed (a user's measurement, "not ... more than 60% of wire
   speed", nccl#209; maintainers: NCCL's socket bandwidth is the single-flow speed times the
   sockets, nccl-tests#83). The weakest of these figures; documented as such.
