@@ -568,7 +568,7 @@ def nvlink_bandwidth(status):
     return {i: round(sum(v for v in info["links"].values() if v), 3) for i, info in status.items()}
 
 
-def check_nvlink(gpus, status, errors=None, expected_links=0, node=None):
+def check_nvlink(gpus, status, errors=None, expected_links=0, node=None, failed=None):
     """Inactive links and error counters on GPUs that have NVLink.
 
     A link inactive on one GPU while active on others is a fault. A link inactive on every GPU
@@ -576,6 +576,9 @@ def check_nvlink(gpus, status, errors=None, expected_links=0, node=None):
     #162, H100 NVL: 12 of 18 links); expected_links makes it a requirement.
     """
     by_index = {g["index"]: g for g in gpus}
+    if failed:
+        return [C.skipped("gpu_nvlink", "nvidia-smi nvlink -s failed: NVLink not read (%s)" % failed, node,
+                          {"category": "gpu_nvlink"})]
     if not status or not any(info["links"] or info["all_inactive"] for info in status.values()):
         return [C.skipped("gpu_nvlink", "no NVLink on these GPUs (nvidia-smi nvlink -s lists no link): PCIe only",
                           node, {"category": "gpu_nvlink"})]
@@ -623,9 +626,10 @@ def check_nvlink(gpus, status, errors=None, expected_links=0, node=None):
                          "set gpu_health_expected_nvlinks to the SKU's link count to make this a requirement",
                          node, {"category": "gpu_nvlink", "value": sorted(inactive_everywhere), "limit": None})]
     bw = nvlink_bandwidth(status)
-    return _summary("gpu_nvlink", records, "%d GPU(s) with NVLink, all links active (%s GB/s per GPU)"
-                    % (len(status), ", ".join(sorted({str(v) for v in bw.values()}))), node,
-                    {"value": bw, "limit": expected_links or None})
+    counts = sorted({sum(1 for v in info["links"].values() if v) for info in status.values()})
+    return _summary("gpu_nvlink", records, "%d GPU(s) with NVLink, %s active link(s) each (%s GB/s per GPU)"
+                    % (len(status), "/".join(map(str, counts)), ", ".join(sorted({str(v) for v in bw.values()}))),
+                    node, {"value": bw, "limit": expected_links or None})
 
 
 # ---------------------------------------------------------------- kernel log: Xid
@@ -937,8 +941,10 @@ def skipped_all(reason, node=None, categories=CATEGORIES):
 
 def health_checks(smi, nvlink=None, nvlink_errors=None, xid_events=None, xid_source=None, xid_skip=None,
                   pci=None, fm_running=None, in_container=False, dcgmi=None, dcgmi_skip=None, expected_gpus=0,
-                  require_ecc=True, allow_mig=False, busy_util=10, loaded=False, expected_nvlinks=0, node=None):
-    """All GPU checks from what was read. smi: parse_smi_health(); pci: pci_nvidia_devices()."""
+                  require_ecc=True, allow_mig=False, busy_util=10, loaded=False, expected_nvlinks=0, node=None,
+                  nvlink_failed=None):
+    """All GPU checks from what was read. smi: parse_smi_health(); pci: pci_nvidia_devices();
+    nvlink_failed: why `nvidia-smi nvlink -s` gave nothing (None when it ran)."""
     gpus = smi["gpus"]
     pci = pci or {"gpus": [], "nvswitches": []}
     out = check_gpu_count(gpus, expected_gpus, pci.get("gpus"), node)
@@ -948,7 +954,7 @@ def health_checks(smi, nvlink=None, nvlink_errors=None, xid_events=None, xid_sou
     out += check_clocks(gpus, node)
     out += check_persistence(gpus, node)
     out += check_mig(gpus, allow_mig, node)
-    out += check_nvlink(gpus, nvlink or {}, nvlink_errors, expected_nvlinks, node)
+    out += check_nvlink(gpus, nvlink or {}, nvlink_errors, expected_nvlinks, node, nvlink_failed)
     if xid_events is None:
         out.append(C.skipped("gpu_xid", xid_skip or "kernel log not read", node, {"category": "gpu_xid"}))
     else:

@@ -292,6 +292,7 @@ def collect(module):
         facts["reason"] = "nvidia-smi lists no GPU"
         return facts, _no_read(facts, on_bus, node)
     rc, out, _err = _run([smi, "nvlink", "-s"], timeout)
+    nvlink_failed = None if rc == 0 else "rc=%d: %s" % (rc, _first_line(_err, out))
     facts["nvlink"] = H.parse_nvlink_status(out) if rc == 0 else {}
     if any(info["links"] for info in facts["nvlink"].values()):
         rc, out, _err = _run([smi, "nvlink", "-e"], timeout)
@@ -325,7 +326,7 @@ def collect(module):
     records = H.health_checks(parsed, facts["nvlink"], facts["nvlink_errors"], xid_events, facts["kernel_log"],
                               xid_skip, facts["pci"], facts["fabric_manager_running"], facts["in_container"], dcgmi,
                               dcgmi_skip, p["expected_gpus"], p["require_ecc"], p["allow_mig"], p["busy_util"],
-                              facts["loaded"], p["expected_nvlinks"], node)
+                              facts["loaded"], p["expected_nvlinks"], node, nvlink_failed)
     return facts, records
 
 

@@ -377,3 +377,26 @@ def test_module_on_the_seed_tree(monkeypatch, capsys, tmp_path):
     assert by["rdma_memlock"]["status"] == "skip"         # no /proc/self/limits in the tree
     assert all(c["node"] == "n1" for c in out["checks"])
     assert out["fabric_health"]["counters"] == {"mlx5_1/1": {"symbol_error": 0, "link_downed": 25}}
+
+
+def test_ansible_doc_renders_and_module_runs_through_ansible_on_this_machine():
+    import subprocess
+    import sys
+
+    import helpers
+
+    proc = subprocess.run([helpers.tool("ansible-doc"), "provision.cluster.fabric_health_info"], cwd=REPO,
+                          env=helpers.ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "RETURN VALUES" in proc.stdout and "ATTRIBUTES" in proc.stdout
+    if F.read_ports("/sys"):
+        pytest.skip("this machine has RDMA devices: the no-RDMA path is covered in-process")
+    argv = [helpers.tool("ansible"), "localhost", "-c", "local", "-i", "localhost,", "-e",
+            "ansible_python_interpreter=%s" % sys.executable, "-m", "provision.cluster.fabric_health_info",
+            "-a", json.dumps({"node": "ctl"}), "-o", "--check"]
+    proc = subprocess.run(argv, cwd=REPO, env=helpers.ansible_env(), capture_output=True, text=True, timeout=120,
+                          check=False)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("localhost |"))
+    out = json.loads(line.partition(" => ")[2])
+    assert line.startswith("localhost | SUCCESS") and out["changed"] is False
+    assert {c["status"] for c in out["checks"]} == {"skip"} and len(out["checks"]) == len(F.CATEGORIES)

@@ -447,3 +447,27 @@ def test_module_kernel_log_unreadable_is_a_skip_with_the_reason(monkeypatch, cap
     out = _module_run(monkeypatch, capsys, tmp_path, {}, smi_xml=H100_XML.read_text())
     xid = {c["check"]: c for c in out["checks"]}["gpu_xid"]
     assert xid["status"] == "skip" and "kernel log not readable" in xid["detail"] and "become" in xid["detail"]
+
+
+# ---------------------------------------------------------------- as Ansible runs it
+
+def test_ansible_doc_renders_and_module_runs_through_ansible_on_this_machine():
+    import subprocess
+
+    import helpers
+
+    proc = subprocess.run([helpers.tool("ansible-doc"), "provision.cluster.gpu_health_info"], cwd=REPO,
+                          env=helpers.ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "RETURN VALUES" in proc.stdout and "ATTRIBUTES" in proc.stdout and "check_mode" in proc.stdout
+    if H.pci_nvidia_devices("/sys")["gpus"]:
+        pytest.skip("this machine has an NVIDIA GPU: the no-GPU path is covered in-process")
+    argv = [helpers.tool("ansible"), "localhost", "-c", "local", "-i", "localhost,", "-e",
+            "ansible_python_interpreter=%s" % sys.executable, "-m", "provision.cluster.gpu_health_info",
+            "-a", json.dumps({"node": "ctl"}), "-o", "--check"]
+    proc = subprocess.run(argv, cwd=REPO, env=helpers.ansible_env(), capture_output=True, text=True, timeout=120,
+                          check=False)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("localhost |"))
+    out = json.loads(line.partition(" => ")[2])
+    assert line.startswith("localhost | SUCCESS") and out["changed"] is False
+    assert {c["status"] for c in out["checks"]} == {"skip"} and {c["node"] for c in out["checks"]} == {"ctl"}
