@@ -257,7 +257,7 @@ def check_port_state(ports, required=(), node=None):
     """ACTIVE/LinkUp wanted. LinkUp but not ACTIVE on InfiniBand: no subnet manager configured it.
     Polling (no link) or Disabled fails on a required port (NCCL_IB_HCA / required_ports), and
     when no port of the node is ACTIVE; otherwise it is warned (an unused port)."""
-    req = set(required or ())
+    req = {r.lstrip("=").replace(":", "/") for r in (required or ()) if r and not r.startswith("^")}
     any_active = any(_active(p) for p in ports)
     records = []
     for p in ports:

@@ -33,8 +33,9 @@ options:
     type: int
     default: 5
   required_ports:
-    description: Ports that must be ACTIVE (C(mlx5_1) or C(mlx5_1/1)), for example what NCCL_IB_HCA names; any
-      other port that is down is a warning while another port is ACTIVE.
+    description: Ports that must be ACTIVE (C(mlx5_1), C(mlx5_1/1) or NCCL_IB_HCA's C(=mlx5_1:1)), for example
+      what NCCL_IB_HCA names (C(^) exclusions are ignored); any other port that is down is a warning while
+      another port is ACTIVE.
     type: list
     elements: str
     default: []

@@ -110,8 +110,9 @@ def test_seed_disabled_port_warns_unless_required(tmp_path):
     assert "mlx5_2 port 1 (ens17np0): port disabled" in rec["detail"] and "NCCL_IB_HCA" in rec["detail"]
     assert rec["data"]["value"] == "DOWN/Disabled" and rec["data"]["limit"] == "ACTIVE/LinkUp"
     assert rec["data"]["device"] == {"hca": "mlx5_2", "port": 1, "netdevs": ["ens17np0"], "hca_type": None}
-    (rec,) = [r for r in F.check_port_state(ports, required=["mlx5_2"]) if r["status"] != C.PASS]
-    assert rec["status"] == C.FAIL
+    for required in (["mlx5_2"], ["mlx5_2/1"], ["=mlx5_2:1"]):
+        (rec,) = [r for r in F.check_port_state(ports, required=required) if r["status"] != C.PASS]
+        assert rec["status"] == C.FAIL
 
 
 def test_polling_port_alone_fails(tmp_path):
