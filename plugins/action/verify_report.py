@@ -8,7 +8,6 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome
 from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document, fail_lines
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan
 
@@ -52,12 +51,13 @@ class ActionModule(ActionBase):
         addresses = plan.get("address_of") or {}
         reuse = _bool(args.get("reuse", False))
 
-        nodes, rows, versions, gpus = {}, {}, {}, {}
+        nodes, rows, versions, gpus, data_of, reused_of = {}, {}, {}, {}, {}, {}
         for h in order:
             node = var.hostvar(h, "verify_node_result") or {}
             peers = var.hostvar(h, "verify_peers_result") or {}
             reachable, why = _reach(node, var.hostvar(h, "verify_reach"))
-            data = node.get("data") or {}
+            data = data_of[h] = node.get("data") or {}
+            reused_of[h] = node.get("reused") or []
             records = list(node.get("checks") or []) + list(peers.get("checks") or [])
             if reachable and node.get("failed") and not records:
                 records = [C.failed("verify", node.get("msg") or "the checks failed", "see `provision verify -v`", node=h)]
@@ -77,18 +77,17 @@ class ActionModule(ActionBase):
             if h in nodes:
                 nodes[h]["checks"].insert(0, c)
 
-        differing = []
-        if "versions" in selected and versions:
-            compare = None
-            reused_all = all("versions" in ((var.hostvar(h, "verify_node_result") or {}).get("reused") or [])
-                             for h in versions)
-            if reuse and reused_all:
-                compare = (var.hostvar(order[0], "python_env_result") or {}).get("compare")
-            if not compare:
-                compare, _msg = compare_outcome(versions, [h for h in order if h in versions], fail=False)
-            differing = list(compare.get("differing_hosts") or [])
-            for h, c in compare_checks(compare, [h for h in order if h in versions]).items():
-                nodes[h]["checks"].append(c)
+        extra = {}
+        cc = K.ClusterContext(order, data_of, reused_of, var, reuse)
+        for name in K.expand(selected):
+            spec = K.BY_NAME[name]
+            if spec.phase != K.CLUSTER or not spec.cluster:
+                continue
+            records, more = spec.cluster(cc)
+            extra.update(more)
+            for c in records:
+                if c.get("node") in nodes:
+                    nodes[c["node"]]["checks"].append(c)
 
         allreduce, error = None, None
         if "smoke" in selected and order:
@@ -97,7 +96,8 @@ class ActionModule(ActionBase):
             if error and isinstance(allreduce, dict) and allreduce.get("status") != "fail":
                 allreduce = None  # an earlier run's result: this run failed before it had one
         doc = build_document(order, nodes, selected=selected, mesh_rows=rows, versions=versions, gpus=gpus,
-                             differing_nodes=differing, allreduce=allreduce, allreduce_error=error)
+                             differing_nodes=extra.get("differing_nodes") or [], allreduce=allreduce,
+                             allreduce_error=error)
         lines = fail_lines(doc)
         result.update(changed=False, document=doc, fail_lines=lines)
         if _bool(args.get("stats", True)):

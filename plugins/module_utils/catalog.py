@@ -19,7 +19,8 @@ so no default is restated here. Controller-side only (the action plugins and the
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils.python_env import env_python
+from ansible_collections.provision.cluster.plugins.module_utils import fabric_health, gpu_health
+from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome, env_python
 
 
 def env_python_of(var):
@@ -62,11 +63,31 @@ class Context:
         return self.var("verify_python") or env_python_of(self.var)
 
 
+class ClusterContext:
+    """What a cluster entry sees: every node's kept data, what was reused, the variables."""
+
+    def __init__(self, order, data, reused, var, reuse):
+        self.order = order        # node names, inventory order
+        self.data = data          # node -> entry name -> what its keep() kept
+        self.reused = reused      # node -> [entry names taken from a stage result]
+        self.var = var            # the controller's variables (var.hostvar(host, name) for a node's)
+        self.reuse = reuse        # inside site.yml: stage results may stand in
+
+    def values(self, entry, key):
+        """node -> data[node][entry][key], for the nodes that have it (inventory order)."""
+        out = {}
+        for h in self.order:
+            value = ((self.data.get(h) or {}).get(entry) or {}).get(key)
+            if value is not None:
+                out[h] = value
+        return out
+
+
 class Spec:
     """One catalog entry."""
 
     def __init__(self, name, title, summary, module=None, args=None, phase=NODE, group=None, needs=(),
-                 reuse=None, adjust=None, keep=None, when=None, stage=None, default=True):
+                 reuse=None, adjust=None, keep=None, when=None, stage=None, cluster=None, default=True):
         self.name = name            # the entry's id; --check NAME for the public ones
         self.title = title          # the check id of a result that carries no check of its own
         self.summary = summary      # --list-checks
@@ -80,6 +101,7 @@ class Spec:
         self.keep = keep            # module result -> the data later phases need (small)
         self.when = when            # Context -> run it on this node? (default: always)
         self.stage = stage          # a failing check's fix also names this stage's command
+        self.cluster = cluster      # phase cluster: ClusterContext -> (records, extra fields of the document)
         self.default = default      # public: selected when no --check is given
 
     def records(self, node, result, ctx=None):
@@ -272,6 +294,43 @@ def _keep_nccl(result):
     return {"socket_ifname": result.get("socket_ifname")}
 
 
+def _cluster_compare(cc):
+    """versions equal on every node: one "versions equal" check per compared node."""
+    versions = cc.values("versions", "versions")
+    if not versions:
+        return [], {}
+    compare = None
+    if cc.reuse and all("versions" in (cc.reused.get(h) or ()) for h in versions):
+        # the python_env stage compared the very versions of this run
+        compare = (cc.var.hostvar(cc.order[0], "python_env_result") or {}).get("compare")
+    compared = [h for h in cc.order if h in versions]
+    if not compare:
+        compare, _msg = compare_outcome(versions, compared, fail=False)
+    return list(compare_checks(compare, compared).values()), {"differing_nodes": list(compare.get("differing_hosts") or [])}
+
+
+def _cluster_gpu_count(cc):
+    counts = {h: (g or {}).get("gpu_count") or 0 for h, g in cc.values("gpu_health", "gpu_health").items()}
+    expected = int(cc.var("gpu_health_expected_gpus") or 0)
+    return (gpu_health.cluster_gpu_counts(counts, expected) if counts else []), {}
+
+
+def _cluster_fabric(cc):
+    ports = {h: (f or {}).get("ports") or [] for h, f in cc.values("fabric", "fabric_health").items()}
+    if not ports:
+        return [], {}
+    return fabric_health.cluster_link_layers(ports) + fabric_health.cluster_port_rates(ports), {}
+
+
+def _keep_gpu_health(result):
+    facts = result.get("gpu_health") or {}
+    return {"gpu_health": {"gpu_count": facts.get("gpu_count", 0), "driver_version": facts.get("driver_version")}}
+
+
+def _keep_fabric(result):
+    return {"fabric_health": {"ports": (result.get("fabric_health") or {}).get("ports") or []}}
+
+
 CATALOG = [
     Spec("reach", "node reachable", "node reachable from the controller", phase=NODE),
     Spec("sshd", "sshd listening", "sshd listening on the cluster port (sshd_port)",
@@ -327,7 +386,25 @@ CATALOG = [
     Spec("landing", "landing", "ssh <name> from every node lands in that node", module="provision.cluster.ssh_landing",
          phase=PEERS, group="runtime", needs=("runtime",), reuse=_reuse_landing, default=False),
     Spec("compare", "versions equal", "versions equal on every node", phase=CLUSTER, group="versions",
-         needs=("versions",), default=False),
+         needs=("versions",), cluster=_cluster_compare, default=False),
+    Spec("gpu_health", "gpu health",
+         "GPUs healthy: count, ECC, retired pages/remapped rows, PCIe link, NVLink, throttling, Xid, persistence, "
+         "MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
+         module="provision.cluster.gpu_health_info",
+         args=lambda ctx: {"node": ctx.host, "expected_gpus": int(ctx.var("gpu_health_expected_gpus") or 0),
+                           "dcgm_diag": str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on")},
+         keep=_keep_gpu_health),
+    Spec("gpu_count", "gpu_count", "the same GPU count on every node (gpu_health_expected_gpus, else the first GPU node's)",
+         phase=CLUSTER, group="gpu_health", needs=("gpu_health",), cluster=_cluster_gpu_count, default=False),
+    Spec("fabric", "fabric health",
+         "InfiniBand/RoCE ports: state, rate, error counters, MTU; GPUDirect RDMA prerequisites; RDMA devices and "
+         "memlock in containers (skip without RDMA)",
+         module="provision.cluster.fabric_health_info",
+         args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval") or 5),
+                           "required_ports": [h for h in str(ctx.var("nccl_net_ib_hca") or "").split(",") if h]},
+         keep=_keep_fabric),
+    Spec("fabric_consistency", "ib_link_layer", "one RDMA link layer and the same port rates on every node",
+         phase=CLUSTER, group="fabric", needs=("fabric",), cluster=_cluster_fabric, default=False),
     Spec("smoke", "allreduce", "all-reduce smoke test across all nodes (only with --smoke)", phase=SMOKE, default=False),
 ]
 

@@ -561,8 +561,13 @@ def cluster_port_rates(ports_by_node):
                     p["rate"], port_label(q), where, q["rate"]),
                     "check the cable/transceiver rating and the switch port speed; reseat or replace it",
                     p["gbps"], top, n))
-        out += slow or [C.passed("ib_port_rate", "active ports at the cluster's rate for their kind", n,
-                                 {"category": "ib_port_rate"})]
+        if slow:
+            out += slow
+        elif any(_active(p) and p.get("gbps") for p in ports_by_node[n]):
+            out.append(C.passed("ib_port_rate", "active ports at the cluster's rate for their kind", n,
+                                {"category": "ib_port_rate"}))
+        else:
+            out.append(C.skipped("ib_port_rate", "no active RDMA port on this node", n, {"category": "ib_port_rate"}))
     return out
 
 

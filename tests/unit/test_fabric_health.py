@@ -343,6 +343,8 @@ def test_rates_across_nodes(tmp_path):
     recs = F.cluster_port_rates({"node1": good, "node2": ports_of(slow_root)})
     (bad,) = [r for r in recs if r["status"] == C.FAIL]
     assert bad["node"] == "node2" and "mlx5_3 port 1 (ib1)" in bad["detail"] and "on node1" in bad["detail"]
+    # a node without an active RDMA port is skipped, never passed
+    assert [r["status"] for r in F.cluster_port_rates({"a": [], "b": []})] == [C.SKIP, C.SKIP]
 
 
 # ---------------------------------------------------------------- the module, in-process
