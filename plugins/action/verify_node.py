@@ -75,8 +75,14 @@ class ActionModule(ActionBase):
             records.extend(spec.records(ctx.host, res, ctx))
             if spec.keep:
                 data[spec.name] = spec.keep(res)
-        return {"changed": False, "checks": records, "data": data, "ran": sorted(set(raw) - set(reused)),
-                "reused": reused}
+        # the hardware the health modules read stays on the host as facts (the smoke test's expected busbw)
+        facts = {k: v for res in raw.values() if isinstance(res, dict)
+                 for k, v in (res.get("ansible_facts") or {}).items() if k in ("gpu_health", "fabric_health")}
+        out = {"changed": False, "checks": records, "data": data, "ran": sorted(set(raw) - set(reused)),
+               "reused": reused}
+        if facts:
+            out["ansible_facts"] = facts
+        return out
 
     # ------------------------------------------------------------ play 2: checks that need every node
     def _peers(self, ctx, wanted, reuse, task_vars):

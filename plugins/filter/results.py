@@ -38,6 +38,9 @@ _value:
 """
 
 
+from ansible_collections.provision.cluster.plugins.module_utils.checks import fail_line
+
+
 def any_changed(hostvars, hosts, names):
     for host in hosts or []:
         if host not in hostvars:
@@ -50,6 +53,11 @@ def any_changed(hostvars, hosts, names):
     return False
 
 
+def failed_lines(checks, node=None):
+    """The failed Check records of a list, one line each: node: check: detail | fix: fix."""
+    return [fail_line(dict(c, node=c.get("node") or node)) for c in checks or [] if c.get("status") == "fail"]
+
+
 class FilterModule:
     def filters(self):
-        return {"any_changed": any_changed}
+        return {"any_changed": any_changed, "failed_lines": failed_lines}

@@ -18,6 +18,7 @@ import re
 
 # the log -> cause mapping lives in diagnose (one implementation for the smoke test, launch and the CLI)
 from ansible_collections.provision.cluster.plugins.module_utils.diagnose import classify_log  # noqa: F401
+from ansible_collections.provision.cluster.plugins.module_utils.bandwidth import DEFAULT_MIN_FRACTION, judge
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
@@ -216,8 +217,13 @@ def diagnose(hosts: list[dict], master_addr: str, master_port: int, holder: str 
 # --------------------------------------------------------------------------- report
 def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: str | None = None,
               min_busbw: float | None = None, min_ratio: float | None = None,
-              ratio_min_bytes: int = 64 << 20) -> dict:
-    """The whole run as one result: rows, ratio, findings, failures and status."""
+              ratio_min_bytes: int = 64 << 20, expected: dict | None = None,
+              min_fraction: float | None = None) -> dict:
+    """The whole run as one result: rows, ratio, findings, failures and status.
+
+    expected: bandwidth.expected_busbw() of the nodes (the busbw the hardware should give); the run
+    fails below min_fraction of it (bandwidth.DEFAULT_MIN_FRACTION when None).
+    """
     ranks = [r for h in hosts for r in (h.get("ranks") or [])]
     good = [r for r in ranks if r.get("sweep")]
     first = next((r for r in good if r.get("rank") == 0), good[0] if good else None)
@@ -259,6 +265,11 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
             failures.append(check("ratio", "fail", f"busbw/TCP ratio {ratio} is below allreduce_smoke_min_ratio "
                                   f"{min_ratio} (busbw {busbw_big:.3f} GB/s, TCP {tcp_gbps:.3f} GB/s)",
                                   "see the tuning variables in the allreduce_smoke README"))
+    verdict = None
+    if expected is not None and rows:
+        verdict = judge(busbw_big, expected, DEFAULT_MIN_FRACTION if min_fraction is None else float(min_fraction))
+        if verdict["status"] == "fail" and not failures:
+            failures.append(check("expected_busbw", "fail", verdict["detail"], verdict["fix"]))
     if not failures and not rows:
         failures.append(check("worker", "fail", "no rank produced a result", "see the rank logs on the nodes"))
     status = hosts[0].get("status") if hosts else {}
@@ -273,6 +284,8 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
         "interfaces": {h["host"]: (h.get("status") or {}).get("env_used", {}).get("GLOO_SOCKET_IFNAME")
                        or (h.get("nccl") or {}).get("net_interfaces") for h in hosts},
         "nccl": {h["host"]: h["nccl"] for h in hosts if h.get("nccl")},
+        "expected_busbw_gbps": (verdict or {}).get("expected"), "fraction": (verdict or {}).get("fraction"),
+        "expected": verdict,
         "failures": failures, "warnings": warnings,
     }
 
@@ -297,6 +310,8 @@ def table_lines(result: dict) -> list[str]:
     if ring and one_way and ring < 0.8 * one_way:
         lines.append(f"note: with every link busy at once TCP carries {ring:.3f} GB/s per link, {ring / one_way:.2f} of "
                      f"one-way: the path is CPU-bound or not full duplex, and busbw cannot exceed that")
+    if (result.get("expected") or {}).get("status") in ("pass", "skip"):
+        lines.append(f"expected bandwidth: {result['expected']['detail']}")
     for item in result.get("warnings", []) + result.get("failures", []):
         lines.append(f"{item['status'].upper()}: {item['detail']} -- fix: {item['fix']}")
     return lines

@@ -216,3 +216,17 @@ def capability_from_facts(gpu_health=None, fabric_health=None, eth_gbps=None, nv
     nics = [p["gbps"] for p in ports if p.get("link_layer") == kind]
     nvswitch = bool((g.get("pci") or {}).get("nvswitches"))
     return node_capability(len(gpus), per_gpu, link_speed, nvswitch, nvlink_all_to_all, pcie, nics, eth_gbps)
+
+
+def link_gbps(link):
+    """A NIC's speed in Gb/s from the interface record nccl_net publishes, None when unknown or virtual
+    (a veth or virtio interface reports a speed its host never promised)."""
+    if not isinstance(link, dict) or link.get("virtual") or not link.get("speed"):
+        return None
+    return link["speed"] / 1000.0
+
+
+def expected_for_nodes(nodes):
+    """[{"gpu_health", "fabric_health", "link"}] (one per node, as the hosts have them) -> expected_busbw()."""
+    return expected_busbw([capability_from_facts(n.get("gpu_health"), n.get("fabric_health"), link_gbps(n.get("link")))
+                           for n in nodes])

@@ -102,6 +102,11 @@ checks:
       detail: "mlx5_2 port 1 (ens17np0): port disabled (administratively, or no cable) (state DOWN)"
       fix: reseat/replace the cable or transceiver, check the switch port
       data: {category: ib_port_state, value: DOWN/Disabled, limit: ACTIVE/LinkUp}
+ansible_facts:
+  description: RV(fabric_health) again, as the host fact C(fabric_health) (the all-reduce smoke test computes the bandwidth the
+    cluster should reach from it).
+  returned: always
+  type: dict
 fabric_health:
   description: What was read.
   returned: always
@@ -247,7 +252,7 @@ def main():
         supports_check_mode=True,
     )
     facts, records = collect(module)
-    module.exit_json(changed=False, checks=records, fabric_health=facts)
+    module.exit_json(changed=False, checks=records, fabric_health=facts, ansible_facts={"fabric_health": facts})
 
 
 if __name__ == "__main__":

@@ -145,6 +145,11 @@ checks:
       fix: reseat the GPU (or its riser/cable), check the slot and BIOS lane settings
       node: node1
       data: {category: gpu_pcie_width, value: x8, limit: x16, device: {index: 0, bus_id: "0000:00:06.0"}}
+ansible_facts:
+  description: RV(gpu_health) again, as the host fact C(gpu_health) (the all-reduce smoke test computes the bandwidth the
+    cluster should reach from it).
+  returned: always
+  type: dict
 gpu_health:
   description: What was read.
   returned: always
@@ -364,7 +369,7 @@ def main():
         supports_check_mode=True,
     )
     facts, records = collect(module)
-    module.exit_json(changed=False, checks=records, gpu_health=facts)
+    module.exit_json(changed=False, checks=records, gpu_health=facts, ansible_facts={"gpu_health": facts})
 
 
 if __name__ == "__main__":

@@ -68,7 +68,17 @@ def test_bandwidth_reproduces_the_h100_gloo_line():
 def test_expected_value_is_exact_sum_of_rank_values():
     for world in (1, 2, 3, 8):
         for step in range(3):
-            assert worker.expected_value(step, world) == sum((r + 1) * (step + 1) for r in range(world))
+            assert worker.expected_value(step, world) == sum(worker.rank_value(step, r) for r in range(world))
+
+
+def test_the_workers_check_on_tensors_is_the_sum_of_what_the_ranks_put_in():
+    """The very expressions the rank process runs, on the tensors it builds (torch on the CPU)."""
+    torch = pytest.importorskip("torch")
+    world = 5
+    pattern = torch.arange(1000, dtype=torch.int64) % 3
+    total = sum(worker.rank_value(pattern, r).to(torch.float32) for r in range(world))
+    assert torch.equal(total, worker.expected_value(pattern, world).to(torch.float32))
+    assert not torch.equal(total, worker.expected_value(pattern, world - 1).to(torch.float32))
 
 
 # --------------------------------------------------------------------------- NCCL log parser
