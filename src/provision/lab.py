@@ -5,9 +5,11 @@ running, no keys, no venv, no environment settings, no systemd (catatonit is PID
 
 Layout of a lab called NAME with N nodes:
 - network NAME (internal, 10.89.K.0/24): the cluster network, node i at 10.89.K.(10+i).
-- network NAME-sideI per node (internal, 10.90.K.(16*I)/28): a second interface that reaches
-  nothing but the node itself, attached FIRST so that it is eth0 (the interface a naive NCCL
-  or a guessed NCCL_SOCKET_IFNAME would take) while the cluster network is eth1.
+- network NAME-sideI per node (internal, a /28 of its own: 10.(90+I//16).K.(16*(I%16))/28, node
+  at .2 of it; nodes 1-15 in 10.90.K.0/24, 16-31 in 10.91.K.0/24, ... up to MAX_NODES): a second
+  interface that reaches nothing but the node itself, attached FIRST so that it is eth0 (the
+  interface a naive NCCL or a guessed NCCL_SOCKET_IFNAME would take) while the cluster network
+  is eth1.
 - containers NAME-node1..N, hostnames node1..N, labelled provision.lab=NAME.
 
 Podman is the only thing we drive; the Ansible inventory plugin provision.cluster.lab reads
@@ -17,6 +19,7 @@ the same labels, so `ansible-playbook site.yml -i inventory/lab/` works for any 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -35,7 +38,12 @@ LABEL_ADDRESS = "provision.lab.address"
 LABEL_SIDE = "provision.lab.side_address"
 DEFAULT_NAME = "provlab"
 DEFAULT_NODES = 2
-MAX_NODES = 32
+# 64: the side networks of one lab fill 10.90.K.0/24 .. 10.94.K.0/24 (16 per /24); the cluster
+# network has room for 244. Memory is the real limit: an idle node is ~10 MB, a provisioned one
+# running the smoke test a few hundred.
+MAX_NODES = 64
+_SIDE_FIRST_OCTET = 90
+_OUR_SECOND_OCTETS = {str(o) for o in range(89, _SIDE_FIRST_OCTET + MAX_NODES // 16 + 1)}
 SUITE = "bookworm"
 RECIPE_VERSION = 3
 
@@ -258,7 +266,7 @@ def subnet_index(name: str) -> int:
     for net in nets:
         for sub in net.get("subnets") or []:
             parts = str(sub.get("subnet", "")).split(".")
-            if len(parts) == 4 and parts[0] == "10" and parts[1] in ("89", "90"):
+            if len(parts) == 4 and parts[0] == "10" and parts[1] in _OUR_SECOND_OCTETS:
                 if net.get("name") == name and parts[1] == "89":
                     return int(parts[2])
                 used.add(int(parts[2]))
@@ -270,8 +278,17 @@ def subnet_index(name: str) -> int:
     raise LabError("no free 10.89.K.0/24 subnet for a new lab; remove old labs with `provision lab down --name ...`")
 
 
+def side_subnet(k: int, index: int) -> str:
+    """Node INDEX's side network: a /28 of its own, 16 of them per 10.(90+n).K.0/24."""
+    return f"10.{_SIDE_FIRST_OCTET + index // 16}.{k}.{16 * (index % 16)}/28"
+
+
 def node_addresses(k: int, index: int) -> tuple[str, str]:
-    return f"10.89.{k}.{10 + index}", f"10.90.{k}.{16 * index + 2}"
+    """(cluster address, side address) of node INDEX in the lab with subnet index K."""
+    if not 1 <= index <= MAX_NODES:
+        raise LabError(f"node index {index} is outside 1..{MAX_NODES}")
+    side = ipaddress.ip_network(side_subnet(k, index))
+    return f"10.89.{k}.{10 + index}", str(side.network_address + 2)
 
 
 def list_containers(name: str) -> list[dict]:
@@ -313,8 +330,27 @@ _SSHD_PASSWORD_SETUP = (
     "/usr/sbin/sshd -p 2222")
 
 
+def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
+    """(index, container, cluster address, side network, side subnet) of every node, checked
+    before anything starts: a lab that cannot be addressed fails here, with nothing started."""
+    cluster = ipaddress.ip_network(f"10.89.{k}.0/24")
+    plan = []
+    for idx in range(1, spec.nodes + 1):
+        addr, side = node_addresses(k, idx)
+        subnet = side_subnet(k, idx)
+        if ipaddress.ip_address(addr) not in cluster or ipaddress.ip_address(side) not in ipaddress.ip_network(subnet):
+            raise LabError(f"node{idx}: no address for it in lab {spec.name}; use --nodes {MAX_NODES} or fewer")
+        plan.append((idx, f"{spec.name}-node{idx}", addr, f"{spec.name}-side{idx}", subnet))
+    return plan
+
+
 def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
-    """Bring the lab to spec. Idempotent: running nodes of the right image are kept."""
+    """Bring the lab to spec. Idempotent: running nodes of the right image are kept.
+
+    Every node's addresses are computed and checked before anything starts; if starting a node
+    fails anyway, the nodes and networks this call created are removed again (nodes that were
+    there before are left as they were) and the error says so.
+    """
     if not 1 <= spec.nodes <= MAX_NODES:
         raise LabError(f"--nodes must be between 1 and {MAX_NODES}, got {spec.nodes}")
     if setup:
@@ -322,50 +358,58 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             log(line)
     tag = build_image(spec.flavour, log=log)
     k = subnet_index(spec.name)
+    plan = _plan(spec, k)
     _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
     existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c for c in list_containers(spec.name)}
     # nodes beyond the requested count go away (lab up --nodes 2 after --nodes 8)
     for idx, c in sorted(existing.items()):
         if idx > spec.nodes:
             _remove_node(spec.name, idx, c["Names"][0], log=log)
-    started = []
-    for idx in range(1, spec.nodes + 1):
-        cname = f"{spec.name}-node{idx}"
-        addr, side = node_addresses(k, idx)
-        side_net = f"{spec.name}-side{idx}"
-        c = existing.get(idx)
-        if c is not None:
-            same_image = (c.get("Labels") or {}).get(LABEL_RECIPE) == tag
-            if same_image and c.get("State") == "running":
-                continue
-            if same_image:
-                podman("start", cname)
-                started.append(cname)
-                continue
-            log(f"{cname}: image changed, re-creating")
-            podman("rm", "-f", "-t", "0", cname)
-        _ensure_network(side_net, f"10.90.{k}.{16 * idx}/28", spec.name)
-        argv = [
-            "run", "-d", "--init", "--name", cname, "--hostname", f"node{idx}",
-            "--label", f"{LABEL}={spec.name}", "--label", f"{LABEL_INDEX}={idx}",
-            "--label", f"{LABEL_RECIPE}={tag}",
-            "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
-            # the side network is eth0, the cluster network eth1 (named: podman attaches the
-            # networks in no fixed order)
-            "--network", f"{side_net}:ip={side},interface_name=eth0",
-            "--network", f"{spec.name}:ip={addr},interface_name=eth1",
-            "--no-hosts", "--shm-size", spec.shm_size,
-            "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_CHROOT", "--cap-add", "NET_RAW",
-            "--cap-add", "SYS_PTRACE",
-            *spec.node_options.get(idx, []),
-            tag, "sleep", "infinity",
-        ]
-        podman(*argv)
-        started.append(cname)
-        if spec.password:
-            # the password goes through stdin: never on a command line
-            _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
-                 input_text=f"root:{spec.password}\n")
+    started: list[str] = []
+    created: list[tuple[int, str]] = []
+    try:
+        for idx, cname, addr, side_net, subnet in plan:
+            side = node_addresses(k, idx)[1]
+            c = existing.get(idx)
+            if c is not None:
+                same_image = (c.get("Labels") or {}).get(LABEL_RECIPE) == tag
+                if same_image and c.get("State") == "running":
+                    continue
+                if same_image:
+                    podman("start", cname)
+                    started.append(cname)
+                    continue
+                log(f"{cname}: image changed, re-creating")
+                podman("rm", "-f", "-t", "0", cname)
+            if podman("network", "exists", side_net, check=False).returncode != 0:
+                _ensure_network(side_net, subnet, spec.name)
+            created.append((idx, cname))
+            argv = [
+                "run", "-d", "--init", "--name", cname, "--hostname", f"node{idx}",
+                "--label", f"{LABEL}={spec.name}", "--label", f"{LABEL_INDEX}={idx}",
+                "--label", f"{LABEL_RECIPE}={tag}",
+                "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
+                # the side network is eth0, the cluster network eth1 (named: podman attaches the
+                # networks in no fixed order)
+                "--network", f"{side_net}:ip={side},interface_name=eth0",
+                "--network", f"{spec.name}:ip={addr},interface_name=eth1",
+                "--no-hosts", "--shm-size", spec.shm_size,
+                "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_CHROOT", "--cap-add", "NET_RAW",
+                "--cap-add", "SYS_PTRACE",
+                *spec.node_options.get(idx, []),
+                tag, "sleep", "infinity",
+            ]
+            podman(*argv)
+            started.append(cname)
+            if spec.password:
+                # the password goes through stdin: never on a command line
+                _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
+                     input_text=f"root:{spec.password}\n")
+    except LabError as exc:
+        for idx, cname in created:
+            _remove_node(spec.name, idx, cname, log=lambda _m: None)
+        undo = f"; removed the {len(created)} node(s) this run had created" if created else ""
+        raise LabError(f"{exc}{undo}") from exc
     if started:
         log(f"started {', '.join(started)}")
     return status(spec.name)

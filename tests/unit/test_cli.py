@@ -33,9 +33,9 @@ def test_bad_node_option_is_a_usage_error():
 
 def test_too_many_nodes_is_refused_before_touching_podman(monkeypatch):
     monkeypatch.setattr(lab_core, "setup_host", lambda **kw: pytest.fail("must not set up the host"))
-    result = CliRunner().invoke(cli, ["lab", "up", "--nodes", "99"])
+    result = CliRunner().invoke(cli, ["lab", "up", "--nodes", str(lab_core.MAX_NODES + 1)])
     assert result.exit_code == 1
-    assert "--nodes must be between 1 and 32" in result.output
+    assert f"--nodes must be between 1 and {lab_core.MAX_NODES}" in result.output
 
 
 def test_lab_status_json_when_down(monkeypatch):
