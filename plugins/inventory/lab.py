@@ -19,6 +19,10 @@ description:
     over SSH at its cluster address with a short connect timeout, so Ansible reports it
     UNREACHABLE within a few seconds; a paused (frozen) node keeps its usual connection, as a
     frozen machine would.
+  - Every host also has C(lab_os) (the Debian release, bullseye, bookworm or trixie),
+    C(lab_init) (C(none) for no init system and sshd not running, C(systemd) for systemd as
+    PID 1 running sshd on port 22), C(lab_flavour) (full, minimal or bare) and C(lab_bare)
+    (true for bare nodes, which have python3 and apt only, plus openssh-server on systemd nodes).
   - The config file must end in C(lab.yml) or C(lab.yaml).
 options:
   plugin:
@@ -63,6 +67,11 @@ LABEL = "provision.lab"
 LABEL_INDEX = "provision.lab.index"
 LABEL_ADDRESS = "provision.lab.address"
 LABEL_SIDE = "provision.lab.side_address"
+LABEL_OS = "provision.lab.os"
+LABEL_INIT = "provision.lab.init"
+LABEL_FLAVOUR = "provision.lab.flavour"
+LABEL_RECIPE = "provision.recipe"
+LABEL_ROLE = "provision.lab.role"
 
 
 def _port_open(addr, port, timeout=0.3):
@@ -105,7 +114,8 @@ class InventoryModule(BaseInventoryPlugin):
             raise AnsibleParserError("lab inventory: cannot run podman (%s); run `provision lab setup`" % exc) from exc
         if proc.returncode != 0:
             raise AnsibleParserError("lab inventory: podman ps failed: %s" % proc.stderr.strip())
-        containers = json.loads(proc.stdout or "[]")
+        # the lab's own helpers (its package mirror) carry a role label: they are not nodes
+        containers = [c for c in json.loads(proc.stdout or "[]") if not (c.get("Labels") or {}).get(LABEL_ROLE)]
         if not containers:
             raise AnsibleParserError(
                 "lab inventory: lab %r has no node; run `provision lab up --name %s`" % (name, name))
@@ -129,6 +139,14 @@ class InventoryModule(BaseInventoryPlugin):
             setv(host, "lab_container", c["Names"][0])
             setv(host, "lab_side_address", side)
             setv(host, "lab_known_hosts", known_hosts)
+            flavour = labels.get(LABEL_FLAVOUR)
+            if not flavour:  # a node made before nodes were labelled with it: in its image tag
+                flavour = labels.get(LABEL_RECIPE, "").rpartition(":")[2].split("-", 1)[0]
+                flavour = flavour if flavour in ("full", "minimal", "bare") else "full"
+            setv(host, "lab_os", labels.get(LABEL_OS) or "bookworm")
+            setv(host, "lab_init", labels.get(LABEL_INIT) or "none")
+            setv(host, "lab_flavour", flavour)
+            setv(host, "lab_bare", flavour == "bare")
             state = str(c.get("State") or "unknown").lower()
             setv(host, "lab_state", state)
             down = state not in ("running", "paused")

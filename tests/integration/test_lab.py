@@ -131,5 +131,12 @@ def test_minimal_flavour_has_no_ip_and_options_apply():
         assert "no-ip" in out
         assert " 65536 " in out  # 64m shm
         assert out.strip().splitlines()[-1] == "1024"
+        # `podman restart` of a node without an init system (a reboot): every process is gone,
+        # catatonit is PID 1 again, files stay
+        node_exec(name, 1, "touch /root/kept; mkdir -p /run/sshd; ssh-keygen -A >/dev/null; /usr/sbin/sshd -p 2222")
+        assert node_exec(name, 1, "pgrep -x sshd", check=False).returncode == 0
+        subprocess.run(["podman", "restart", f"{name}-node1"], capture_output=True, check=True, timeout=60)
+        out = node_exec(name, 1, "cat /proc/1/comm; pgrep -x sshd || echo no-sshd; ls /root/kept").stdout.split()
+        assert out == ["podman-init", "no-sshd", "/root/kept"], out  # catatonit, as podman names it
     finally:
         lab_cmd("down", lab_name=name, check=False)

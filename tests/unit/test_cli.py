@@ -76,3 +76,9 @@ def test_containers_conf_detection(tmp_path):
     assert not lab_core._containers_conf_ok(conf)
     conf.write_text(lab_core.CONTAINERS_CONF)
     assert lab_core._containers_conf_ok(conf)
+
+
+def test_bare_and_another_image_contradict():
+    result = CliRunner().invoke(cli, ["lab", "up", "--bare", "--image", "minimal"])
+    assert result.exit_code == 2
+    assert "--bare and --image minimal contradict" in result.output

@@ -75,3 +75,52 @@ def test_a_node_that_fails_to_start_takes_back_what_this_run_created(monkeypatch
     removed = {a[-1] for a in calls if a[:2] == ("rm", "-f")}
     assert removed == {"x-node1", "x-node2", "x-node3"}
     assert not any(a[0] == "run" and "x-node4" in a for a in calls)
+
+
+def test_todays_images_keep_their_tags():
+    """`provision lab up` with no options uses the very images it used before --os/--init/--bare
+    existed (a rebuild would re-create every running default lab's nodes)."""
+    assert lab_core.image_tag("full") == "localhost/provision-node:full-5d76fc35f8d7"
+    assert lab_core.image_tag("minimal") == "localhost/provision-node:minimal-cd7b99f02271"
+    assert lab_core.image_tag("full", "bookworm", "none") == lab_core.image_tag("full")
+
+
+def test_one_image_per_release_init_and_flavour():
+    tags = {lab_core.image_tag(f, r, i) for f in lab_core.FLAVOURS for r in lab_core.RELEASES for i in lab_core.INITS}
+    assert len(tags) == len(lab_core.FLAVOURS) * len(lab_core.RELEASES) * len(lab_core.INITS)
+    assert lab_core.image_tag("bare", "trixie", "systemd").startswith("localhost/provision-node:trixie-bare-systemd-")
+
+
+def test_bare_images_have_only_what_a_fresh_server_has():
+    from provision.lab.images import packages
+
+    assert packages("bare", "none") == ["python3"]
+    assert packages("bare", "systemd") == sorted(["python3", "openssh-server", "systemd", "systemd-sysv", "dbus"])
+    for pkg in ("gcc", "pdsh", "python3-venv", "iperf3", "iproute2"):
+        assert pkg not in packages("bare", "systemd")
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"nodes": 3, "os": ("bullseye", "bookworm")}, "--os names 2 releases for 3 nodes"),
+    ({"os": ("buster",)}, "unknown Debian release 'buster'"),
+    ({"init": "openrc"}, "unknown init 'openrc'"),
+])
+def test_spec_errors_are_found_before_anything_starts(monkeypatch, kw, message):
+    monkeypatch.setattr(lab_core, "setup_host", lambda **_: pytest.fail("must not touch the host"))
+    monkeypatch.setattr(lab_core, "podman", lambda *a, **_: pytest.fail("must not run podman"))
+    with pytest.raises(lab_core.LabError, match=message):
+        lab_core.up(lab_core.LabSpec(name="x", **kw))
+
+
+def test_node_kind_of_nodes_made_before_the_labels():
+    assert lab_core.node_kind({lab_core.LABEL_RECIPE: "localhost/provision-node:minimal-cd7b99f02271"}) == \
+        {"os": "bookworm", "init": "none", "flavour": "minimal", "bare": False}
+    assert lab_core.node_kind({lab_core.LABEL_OS: "trixie", lab_core.LABEL_INIT: "systemd",
+                               lab_core.LABEL_FLAVOUR: "bare"})["bare"] is True
+
+
+def test_fixed_macs_are_unique_per_address():
+    macs = {lab_core.node_mac(a) for k in (2, 200) for i in range(1, lab_core.MAX_NODES + 1)
+            for a in lab_core.node_addresses(k, i)}
+    assert len(macs) == 4 * lab_core.MAX_NODES
+    assert all(int(m.split(":")[0], 16) & 0b11 == 0b10 for m in macs)  # locally administered unicast

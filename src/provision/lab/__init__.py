@@ -1,7 +1,10 @@
 """A local multi-node lab: podman containers on an --internal network stand in for nodes.
 
 Every node starts "bare", like the seeds' fresh machines: openssh-server installed but not
-running, no keys, no venv, no environment settings, no systemd (catatonit is PID 1).
+running, no keys, no venv, no environment settings, no systemd (catatonit is PID 1). Options
+give nodes like users' machines (images.py): another Debian release per node (`--os`), systemd
+as PID 1 with sshd on port 22 (`--init systemd`), and only what a fresh minimal server image has
+(`--bare`).
 
 Layout of a lab called NAME with N nodes:
 - network NAME (internal, 10.89.K.0/24): the cluster network, node i at 10.89.K.(10+i).
@@ -10,7 +13,8 @@ Layout of a lab called NAME with N nodes:
   interface that reaches nothing but the node itself, attached FIRST so that it is eth0 (the
   interface a naive NCCL or a guessed NCCL_SOCKET_IFNAME would take) while the cluster network
   is eth1.
-- containers NAME-node1..N, hostnames node1..N, labelled provision.lab=NAME.
+- containers NAME-node1..N, hostnames node1..N, labelled provision.lab=NAME (and with their
+  index, addresses, release, init and flavour: the inventory plugin reads them).
 
 Podman is the only thing we drive; the Ansible inventory plugin provision.cluster.lab reads
 the same labels, so `ansible-playbook site.yml -i inventory/lab/` works for any N.
@@ -24,18 +28,23 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from provision.paths import cache_dir
 
-LABEL = "provision.lab"
-LABEL_INDEX = "provision.lab.index"
-LABEL_RECIPE = "provision.recipe"
-LABEL_ADDRESS = "provision.lab.address"
-LABEL_SIDE = "provision.lab.side_address"
+from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT, LABEL_OS, LABEL_RECIPE,
+                    LABEL_ROLE, LABEL_SIDE, LabError, _run, podman)
+from .images import (FLAVOURS, INITS, RECIPE_VERSION, RELEASES, SUITE, build_image, check_image_args,
+                     image_exists, image_tag, recipe)
+
+__all__ = [
+    "LABEL", "LABEL_ADDRESS", "LABEL_FLAVOUR", "LABEL_INDEX", "LABEL_INIT", "LABEL_OS", "LABEL_RECIPE",
+    "LABEL_ROLE", "LABEL_SIDE", "FLAVOURS", "INITS", "RECIPE_VERSION", "RELEASES", "SUITE", "LabError",
+    "LabSpec", "Node", "build_image", "check_image_args", "down", "image_exists", "image_tag", "podman",
+    "recipe", "setup_host", "status", "up", "wait_booted",
+]
+
 DEFAULT_NAME = "provlab"
 DEFAULT_NODES = 2
 # 64: the side networks of one lab fill 10.90.K.0/24 .. 10.94.K.0/24 (16 per /24); the cluster
@@ -44,23 +53,6 @@ DEFAULT_NODES = 2
 MAX_NODES = 64
 _SIDE_FIRST_OCTET = 90
 _OUR_SECOND_OCTETS = {str(o) for o in range(89, _SIDE_FIRST_OCTET + MAX_NODES // 16 + 1)}
-SUITE = "bookworm"
-RECIPE_VERSION = 3
-
-# What a fresh node has. The nodes reach no package registry (internal network), so the
-# distro packages that the roles ensure (gcc toolchain, pdsh) are part of the image; the
-# roles' package tasks find them present. Everything else (sshd running, keys, venv, torch,
-# env block) is the roles' job.
-_BASE_PACKAGES = [
-    "openssh-server", "openssh-client", "python3", "python3-venv", "sudo", "procps",
-    "gcc", "g++", "make", "pdsh", "ca-certificates", "less",
-]
-FLAVOURS: dict[str, list[str]] = {
-    # a typical cloud/bare-metal Debian node
-    "full": _BASE_PACKAGES + ["iproute2"],
-    # a minimal container image: no iproute2 (no `ip`), as real minimal images ship
-    "minimal": list(_BASE_PACKAGES),
-}
 
 CONTAINERS_CONF = """\
 # written by `provision lab` (see README: the lab)
@@ -76,10 +68,6 @@ events_logger = "file"
 HOST_PACKAGES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
 
 
-class LabError(RuntimeError):
-    """A lab operation failed; the message is one line naming the problem and the fix."""
-
-
 @dataclass
 class Node:
     name: str
@@ -89,38 +77,37 @@ class Node:
     side_address: str
     state: str = "missing"
     addresses: dict[str, str] = field(default_factory=dict)
+    os: str = SUITE
+    init: str = "none"
+    flavour: str = "full"
+    bare: bool = False
 
 
 @dataclass
 class LabSpec:
     name: str = DEFAULT_NAME
     nodes: int = DEFAULT_NODES
-    flavour: str = "full"
+    flavour: str = "full"  # full, minimal or bare
     shm_size: str = "1g"
     # per-node overrides, index (1-based) -> podman run options, e.g. {2: ["--ulimit", "memlock=64:64"]}
     node_options: dict[int, list[str]] = field(default_factory=dict)
     password: str | None = None  # enables root password login in sshd (bootstrap tests)
+    # one release for every node, or one per node (node i gets os[i-1])
+    os: tuple[str, ...] = (SUITE,)
+    init: str = "none"  # none (catatonit, no sshd running) or systemd (PID 1, sshd on 22)
 
+    def release(self, idx: int) -> str:
+        return self.os[0] if len(self.os) == 1 else self.os[idx - 1]
 
-# ---------------------------------------------------------------- subprocess helpers
-
-def _run(argv: list[str], *, check: bool = True, input_text: str | None = None,
-         timeout: float = 600) -> subprocess.CompletedProcess:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, input=input_text,
-                              timeout=timeout, check=False)
-    except FileNotFoundError as exc:
-        raise LabError(f"{argv[0]} is not installed: run `provision lab setup`") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise LabError(f"`{' '.join(argv[:4])} ...` did not finish within {timeout:.0f} s") from exc
-    if check and proc.returncode != 0:
-        err = (proc.stderr or proc.stdout).strip().splitlines()
-        raise LabError(f"`{' '.join(argv[:5])}` failed: {err[-1] if err else proc.returncode}")
-    return proc
-
-
-def podman(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    return _run(["podman", *args], check=check, timeout=timeout)
+    def check(self) -> None:
+        """Everything that can be wrong with the spec, before anything starts."""
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise LabError(f"--nodes must be between 1 and {MAX_NODES}, got {self.nodes}")
+        if len(self.os) not in (1, self.nodes):
+            raise LabError(f"--os names {len(self.os)} releases for {self.nodes} nodes; give one release "
+                           f"for all nodes or one per node (e.g. --nodes 3 --os bullseye,bookworm,trixie)")
+        for release in self.os:
+            check_image_args(self.flavour, release, self.init)
 
 
 # ---------------------------------------------------------------- host prerequisites
@@ -174,75 +161,6 @@ def _containers_conf_ok(path: Path) -> bool:
     return 'runtime = "runc"' in text and "nofile=16384" in text and "cgroupfs" in text
 
 
-# ---------------------------------------------------------------- image
-
-def recipe(flavour: str) -> dict:
-    if flavour not in FLAVOURS:
-        raise LabError(f"unknown image flavour {flavour!r}; choose one of {', '.join(FLAVOURS)}")
-    return {"version": RECIPE_VERSION, "suite": SUITE, "packages": sorted(FLAVOURS[flavour])}
-
-
-def image_tag(flavour: str) -> str:
-    digest = hashlib.sha256(json.dumps(recipe(flavour), sort_keys=True).encode()).hexdigest()[:12]
-    return f"localhost/provision-node:{flavour}-{digest}"
-
-
-def image_exists(tag: str) -> bool:
-    return podman("image", "exists", tag, check=False).returncode == 0
-
-
-def _debian_mirror() -> str:
-    return os.environ.get("PROVISION_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-
-
-def build_image(flavour: str = "full", *, log=print, force: bool = False) -> str:
-    """Build the node image once with debootstrap; reuse it while the recipe is unchanged."""
-    tag = image_tag(flavour)
-    if image_exists(tag) and not force:
-        return tag
-    if shutil.which("debootstrap") is None and not Path("/usr/sbin/debootstrap").exists():
-        raise LabError("debootstrap is missing; run `provision lab setup`")
-    rec = recipe(flavour)
-    t0 = time.monotonic()
-    log(f"building node image {tag} with debootstrap (once; about a minute)")
-    work = Path(tempfile.mkdtemp(prefix="provision-rootfs-", dir=str(cache_dir())))
-    rootfs = work / "rootfs"
-    try:
-        _run(["debootstrap", "--variant=minbase", "--include=" + ",".join(rec["packages"]),
-              SUITE, str(rootfs), _debian_mirror()], timeout=1800)
-        _prepare_rootfs(rootfs)
-        tar = subprocess.Popen(
-            ["tar", "-C", str(rootfs), "--exclude=./var/cache/apt/archives/*.deb",
-             "--exclude=./var/lib/apt/lists/*_*", "--exclude=./etc/ssh/ssh_host_*", "-c", "."],
-            stdout=subprocess.PIPE)
-        imp = subprocess.run(
-            ["podman", "import", "--change", f"LABEL {LABEL_RECIPE}={tag}",
-             "--change", 'CMD ["sleep", "infinity"]', "-", tag],
-            stdin=tar.stdout, capture_output=True, text=True, check=False)
-        tar.stdout.close()
-        tar.wait()
-        if imp.returncode != 0 or tar.returncode != 0:
-            raise LabError(f"podman import failed: {imp.stderr.strip()[-300:]}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    log(f"built {tag} in {time.monotonic() - t0:.0f} s")
-    return tag
-
-
-def _prepare_rootfs(rootfs: Path) -> None:
-    """Make the image look like a fresh node: no host keys, sshd not running, no systemd."""
-    for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    (rootfs / "etc/hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-    # policy-rc.d: no service starts inside the image build or later by dpkg triggers
-    prc = rootfs / "usr/sbin/policy-rc.d"
-    prc.write_text("#!/bin/sh\nexit 101\n")
-    prc.chmod(0o755)
-    # apt: no registry is reachable from the lab network; keep apt quiet and fast about it
-    (rootfs / "etc/apt/apt.conf.d/99provision-lab").write_text(
-        'Acquire::Retries "0";\nAcquire::http::Timeout "5";\n')
-
-
 # ---------------------------------------------------------------- lab state
 
 def _preferred_index(name: str) -> int:
@@ -291,6 +209,12 @@ def node_addresses(k: int, index: int) -> tuple[str, str]:
     return f"10.89.{k}.{10 + index}", str(side.network_address + 2)
 
 
+def node_mac(address: str) -> str:
+    """A fixed, locally administered unicast MAC for an interface: 02:00 and the IPv4 address
+    (unique per lab network, since the addresses are)."""
+    return "02:00:" + ":".join(f"{int(o):02x}" for o in address.split("."))
+
+
 def list_containers(name: str) -> list[dict]:
     proc = podman("ps", "-a", "--filter", f"label={LABEL}={name}", "--format", "json")
     return json.loads(proc.stdout or "[]")
@@ -301,15 +225,31 @@ def list_networks(name: str) -> list[str]:
     return [line for line in proc.stdout.split() if line]
 
 
+def node_kind(labels: dict) -> dict:
+    """A node's release, init and flavour from its labels (nodes made before they were
+    labelled are today's bookworm nodes without init; the flavour is in their image tag)."""
+    flavour = labels.get(LABEL_FLAVOUR)
+    if not flavour:
+        tail = labels.get(LABEL_RECIPE, "").rpartition(":")[2]
+        flavour = tail.split("-", 1)[0] if tail.split("-", 1)[0] in FLAVOURS else "full"
+    return {"os": labels.get(LABEL_OS) or SUITE, "init": labels.get(LABEL_INIT) or "none",
+            "flavour": flavour, "bare": flavour == "bare"}
+
+
+def _nodes_of(containers: list[dict]) -> list[dict]:
+    """The lab's node containers (not its mirror or other helpers)."""
+    return [c for c in containers if not (c.get("Labels") or {}).get(LABEL_ROLE)]
+
+
 def status(name: str = DEFAULT_NAME) -> dict:
     nodes = []
-    for c in list_containers(name):
+    for c in _nodes_of(list_containers(name)):
         labels = c.get("Labels") or {}
         idx = int(labels.get(LABEL_INDEX, "0"))
         addr, side = labels.get(LABEL_ADDRESS, ""), labels.get(LABEL_SIDE, "")
         nodes.append(Node(name=f"node{idx}", container=c["Names"][0], index=idx, address=addr,
                           side_address=side, state=c.get("State", "unknown"),
-                          addresses={name: addr, f"{name}-side{idx}": side}))
+                          addresses={name: addr, f"{name}-side{idx}": side}, **node_kind(labels)))
     nodes.sort(key=lambda n: n.index)
     return {"lab": name, "networks": list_networks(name), "nodes": [asdict(n) for n in nodes],
             "up": bool(nodes) and all(n.state == "running" for n in nodes)}
@@ -328,6 +268,12 @@ _SSHD_PASSWORD_SETUP = (
     "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
     "> /etc/ssh/sshd_config.d/00-lab-password.conf; ssh-keygen -A >/dev/null; mkdir -p /run/sshd; "
     "/usr/sbin/sshd -p 2222")
+# systemd nodes: the VM's own sshd (port 22, run by systemd) takes the password login
+_SSHD_PASSWORD_SETUP_SYSTEMD = (
+    "set -e; chpasswd; "
+    "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
+    "> /etc/ssh/sshd_config.d/00-lab-password.conf; systemctl reload-or-restart ssh.service")
+BOOT_TIMEOUT = 120  # seconds a systemd node may take to finish booting
 
 
 def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
@@ -344,6 +290,58 @@ def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
     return plan
 
 
+def _run_argv(spec: LabSpec, idx: int, cname: str, tag: str, addr: str, side: str, side_net: str) -> list[str]:
+    release = spec.release(idx)
+    if spec.init == "systemd":
+        # systemd as PID 1 (podman mounts /run, /tmp and the cgroup tree as systemd needs them and
+        # stops it with SIGRTMIN+3); no catatonit
+        init_args, command = ["--systemd=always"], ["/sbin/init"]
+    else:
+        # catatonit as PID 1: stops take no 10 s and exited sshd children are reaped
+        init_args, command = ["--init"], ["sleep", "infinity"]
+    return [
+        "run", "-d", *init_args, "--name", cname, "--hostname", f"node{idx}",
+        "--label", f"{LABEL}={spec.name}", "--label", f"{LABEL_INDEX}={idx}",
+        "--label", f"{LABEL_RECIPE}={tag}",
+        "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
+        "--label", f"{LABEL_OS}={release}", "--label", f"{LABEL_INIT}={spec.init}",
+        "--label", f"{LABEL_FLAVOUR}={spec.flavour}",
+        # the side network is eth0, the cluster network eth1 (named: podman attaches the
+        # networks in no fixed order); fixed MACs, as a machine's NICs keep theirs across reboots
+        # (with podman's random ones, a restarted node was unreachable from the others for ~40 s,
+        # until their ARP entries for the old MAC expired)
+        "--network", f"{side_net}:ip={side},mac={node_mac(side)},interface_name=eth0",
+        "--network", f"{spec.name}:ip={addr},mac={node_mac(addr)},interface_name=eth1",
+        "--no-hosts", "--shm-size", spec.shm_size,
+        "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_CHROOT", "--cap-add", "NET_RAW",
+        "--cap-add", "SYS_PTRACE",
+        *spec.node_options.get(idx, []),
+        tag, *command,
+    ]
+
+
+def wait_booted(containers: list[str], *, timeout: float = BOOT_TIMEOUT, log=print) -> None:
+    """Wait until systemd finished booting in each container (sshd on 22 is up then)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(cname: str) -> tuple[str, str]:
+        # systemctl needs systemd's socket, which appears a moment after the container starts
+        script = (f"i=0; while [ ! -S /run/systemd/private ] && [ $i -lt {int(timeout) * 5} ]; do sleep 0.2; i=$((i+1)); done; "
+                  f"timeout {int(timeout)} systemctl is-system-running --wait")
+        proc = podman("exec", cname, "sh", "-c", script, check=False, timeout=2 * timeout + 15)
+        return cname, (proc.stdout.strip() or proc.stderr.strip() or "unknown").splitlines()[-1]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, containers))
+    for cname, state in results:
+        if state == "degraded":
+            failed = podman("exec", cname, "systemctl", "--failed", "--plain", "--no-legend", check=False).stdout
+            log(f"{cname}: systemd is degraded: {' '.join(line.split()[0] for line in failed.splitlines() if line.split())}")
+        elif state != "running":
+            raise LabError(f"{cname}: systemd did not finish booting within {timeout:.0f} s (state: {state}); "
+                           f"see `podman exec {cname} systemctl list-jobs`")
+
+
 def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
     """Bring the lab to spec. Idempotent: running nodes of the right image are kept.
 
@@ -351,16 +349,17 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
     fails anyway, the nodes and networks this call created are removed again (nodes that were
     there before are left as they were) and the error says so.
     """
-    if not 1 <= spec.nodes <= MAX_NODES:
-        raise LabError(f"--nodes must be between 1 and {MAX_NODES}, got {spec.nodes}")
+    spec.check()
     if setup:
         for line in setup_host(log=log):
             log(line)
-    tag = build_image(spec.flavour, log=log)
+    tags = {release: build_image(spec.flavour, release=release, init=spec.init, log=log)
+            for release in dict.fromkeys(spec.os)}
     k = subnet_index(spec.name)
     plan = _plan(spec, k)
     _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
-    existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c for c in list_containers(spec.name)}
+    existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c
+                for c in _nodes_of(list_containers(spec.name))}
     # nodes beyond the requested count go away (lab up --nodes 2 after --nodes 8)
     for idx, c in sorted(existing.items()):
         if idx > spec.nodes:
@@ -370,6 +369,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
     try:
         for idx, cname, addr, side_net, subnet in plan:
             side = node_addresses(k, idx)[1]
+            tag = tags[spec.release(idx)]
             c = existing.get(idx)
             if c is not None:
                 same_image = (c.get("Labels") or {}).get(LABEL_RECIPE) == tag
@@ -384,27 +384,18 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             if podman("network", "exists", side_net, check=False).returncode != 0:
                 _ensure_network(side_net, subnet, spec.name)
             created.append((idx, cname))
-            argv = [
-                "run", "-d", "--init", "--name", cname, "--hostname", f"node{idx}",
-                "--label", f"{LABEL}={spec.name}", "--label", f"{LABEL_INDEX}={idx}",
-                "--label", f"{LABEL_RECIPE}={tag}",
-                "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
-                # the side network is eth0, the cluster network eth1 (named: podman attaches the
-                # networks in no fixed order)
-                "--network", f"{side_net}:ip={side},interface_name=eth0",
-                "--network", f"{spec.name}:ip={addr},interface_name=eth1",
-                "--no-hosts", "--shm-size", spec.shm_size,
-                "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_CHROOT", "--cap-add", "NET_RAW",
-                "--cap-add", "SYS_PTRACE",
-                *spec.node_options.get(idx, []),
-                tag, "sleep", "infinity",
-            ]
-            podman(*argv)
+            podman(*_run_argv(spec, idx, cname, tag, addr, side, side_net))
             started.append(cname)
-            if spec.password:
+            if spec.password and spec.init != "systemd":
                 # the password goes through stdin: never on a command line
                 _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
                      input_text=f"root:{spec.password}\n")
+        if spec.init == "systemd" and started:
+            wait_booted(started, log=log)
+            for idx, cname in created:
+                if spec.password:
+                    _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP_SYSTEMD],
+                         input_text=f"root:{spec.password}\n")
     except LabError as exc:
         for idx, cname in created:
             _remove_node(spec.name, idx, cname, log=lambda _m: None)
