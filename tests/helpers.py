@@ -103,3 +103,9 @@ def podman_available() -> bool:
     if shutil.which("podman") is None:
         return False
     return subprocess.run(["podman", "info"], capture_output=True, check=False).returncode == 0
+
+
+def lab_name(short: str) -> str:
+    """A test lab's name: $PROVISION_TEST_LAB_PREFIX (default "t-") + short, so that two
+    checkouts can run the lab tests on one machine at once without sharing labs."""
+    return os.environ.get("PROVISION_TEST_LAB_PREFIX", "t-") + short

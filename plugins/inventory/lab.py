@@ -13,6 +13,16 @@ description:
   - The connection is chosen per node. C(auto) uses SSH once first contact is done (the node's
     sshd answers on O(ssh_port) and its host key is in the lab's known_hosts, which the ssh_mesh
     role writes), and the podman connection before that.
+  - Nodes that are not running (stopped, created, paused) stay in the inventory, so that a node
+    that is down is named as down. Every host has C(lab_state), the container's state
+    (C(running), C(exited), C(paused), ...). A node that is not running and not paused is reached
+    over SSH at its cluster address with a short connect timeout, so Ansible reports it
+    UNREACHABLE within a few seconds; a paused (frozen) node keeps its usual connection, as a
+    frozen machine would.
+  - Every host also has C(lab_os) (the Debian release, bullseye, bookworm or trixie),
+    C(lab_init) (C(none) for no init system and sshd not running, C(systemd) for systemd as
+    PID 1 running sshd on port 22), C(lab_flavour) (full, minimal or bare) and C(lab_bare)
+    (true for bare nodes, which have python3 and apt only, plus openssh-server on systemd nodes).
   - The config file must end in C(lab.yml) or C(lab.yaml).
 options:
   plugin:
@@ -57,6 +67,11 @@ LABEL = "provision.lab"
 LABEL_INDEX = "provision.lab.index"
 LABEL_ADDRESS = "provision.lab.address"
 LABEL_SIDE = "provision.lab.side_address"
+LABEL_OS = "provision.lab.os"
+LABEL_INIT = "provision.lab.init"
+LABEL_FLAVOUR = "provision.lab.flavour"
+LABEL_RECIPE = "provision.recipe"
+LABEL_ROLE = "provision.lab.role"
 
 
 def _port_open(addr, port, timeout=0.3):
@@ -93,16 +108,17 @@ class InventoryModule(BaseInventoryPlugin):
         known_hosts = os.path.join(state_dir, "known_hosts")
         try:
             proc = subprocess.run(
-                ["podman", "ps", "--filter", "label=%s=%s" % (LABEL, name), "--format", "json"],
+                ["podman", "ps", "-a", "--filter", "label=%s=%s" % (LABEL, name), "--format", "json"],
                 capture_output=True, text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise AnsibleParserError("lab inventory: cannot run podman (%s); run `provision lab setup`" % exc) from exc
         if proc.returncode != 0:
             raise AnsibleParserError("lab inventory: podman ps failed: %s" % proc.stderr.strip())
-        containers = json.loads(proc.stdout or "[]")
+        # the lab's own helpers (its package mirror) carry a role label: they are not nodes
+        containers = [c for c in json.loads(proc.stdout or "[]") if not (c.get("Labels") or {}).get(LABEL_ROLE)]
         if not containers:
             raise AnsibleParserError(
-                "lab inventory: lab %r has no running node; run `provision lab up --name %s`" % (name, name))
+                "lab inventory: lab %r has no node; run `provision lab up --name %s`" % (name, name))
         nodes = sorted(containers, key=lambda c: int((c.get("Labels") or {}).get(LABEL_INDEX, "0")))
         for group in ("cluster", "lab"):
             self.inventory.add_group(group)
@@ -123,7 +139,18 @@ class InventoryModule(BaseInventoryPlugin):
             setv(host, "lab_container", c["Names"][0])
             setv(host, "lab_side_address", side)
             setv(host, "lab_known_hosts", known_hosts)
-            use_ssh = mode == "ssh" or (
+            flavour = labels.get(LABEL_FLAVOUR)
+            if not flavour:  # a node made before nodes were labelled with it: in its image tag
+                flavour = labels.get(LABEL_RECIPE, "").rpartition(":")[2].split("-", 1)[0]
+                flavour = flavour if flavour in ("full", "minimal", "bare") else "full"
+            setv(host, "lab_os", labels.get(LABEL_OS) or "bookworm")
+            setv(host, "lab_init", labels.get(LABEL_INIT) or "none")
+            setv(host, "lab_flavour", flavour)
+            setv(host, "lab_bare", flavour == "bare")
+            state = str(c.get("State") or "unknown").lower()
+            setv(host, "lab_state", state)
+            down = state not in ("running", "paused")
+            use_ssh = down or mode == "ssh" or (
                 mode == "auto" and _known(known_hosts, addr, port) and _port_open(addr, port))
             if use_ssh:
                 setv(host, "ansible_connection", "ssh")
@@ -132,6 +159,12 @@ class InventoryModule(BaseInventoryPlugin):
                 setv(host, "ansible_user", "root")
                 setv(host, "ansible_ssh_common_args",
                      "-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts)
+                if down:
+                    # nothing answers at that address: fail fast (ssh takes the first value of an
+                    # option, and ansible.cfg's ssh_args come first: replace them for this host)
+                    setv(host, "ansible_ssh_args", "-o ConnectTimeout=3 -o ConnectionAttempts=1")
+                    setv(host, "ansible_ssh_timeout", 3)
+                    setv(host, "ansible_ssh_retries", 0)
             else:
                 setv(host, "ansible_connection", "containers.podman.podman")
                 setv(host, "ansible_host", c["Names"][0])

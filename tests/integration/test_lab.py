@@ -1,4 +1,5 @@
-"""The lab as a user meets it: up (idempotent), status, inventory, 8 nodes, down leaves nothing."""
+"""The lab as a user meets it: up (idempotent), status, inventory, a stopped node, 32 nodes,
+down leaves nothing."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import subprocess
 import time
 
 import pytest
-from helpers import ansible_env, lab_cmd, node_exec, tool, REPO
+from helpers import ansible_env, lab_cmd, lab_name, node_exec, tool, REPO
 
 pytestmark = pytest.mark.lab
 
-NAME = "t-lab"
+NAME = lab_name("lab")
+
+
+def _unsafe(value):
+    return value.get("__ansible_unsafe", value) if isinstance(value, dict) else value
 
 
 def _podman_names(kind: str) -> set[str]:
@@ -48,9 +53,32 @@ def test_up_status_inventory_down():
                              env=ansible_env(NAME), capture_output=True, text=True, check=True, cwd=REPO)
         data = json.loads(inv.stdout)
         assert data["cluster"]["hosts"] == ["node1", "node2"]
-        addr = data["_meta"]["hostvars"]["node1"]["cluster_address"]
-        addr = addr.get("__ansible_unsafe", addr) if isinstance(addr, dict) else addr
+        addr = _unsafe(data["_meta"]["hostvars"]["node1"]["cluster_address"])
         assert addr == doc["nodes"][0]["address"]
+        assert _unsafe(data["_meta"]["hostvars"]["node1"]["lab_state"]) == "running"
+
+        # issue 24: a stopped node stays in the inventory, marked, and Ansible finds it
+        # unreachable within seconds (it used to vanish: verify never named it)
+        subprocess.run(["podman", "stop", "-t", "0", f"{NAME}-node2"], capture_output=True, check=True)
+        inv = subprocess.run([tool("ansible-inventory"), "-i", str(REPO / "inventory/lab"), "--list"],
+                             env=ansible_env(NAME), capture_output=True, text=True, check=True, cwd=REPO)
+        data = json.loads(inv.stdout)
+        assert data["cluster"]["hosts"] == ["node1", "node2"]
+        node2 = {k: _unsafe(v) for k, v in data["_meta"]["hostvars"]["node2"].items()}
+        assert node2["lab_state"] == "exited"
+        assert (node2["ansible_connection"], node2["ansible_host"]) == ("ssh", doc["nodes"][1]["address"])
+        t0 = time.monotonic()
+        ping = subprocess.run([tool("ansible"), "-i", str(REPO / "inventory/lab"), "cluster", "-m", "ping"],
+                              env=ansible_env(NAME), capture_output=True, text=True, cwd=REPO, timeout=120)
+        took = time.monotonic() - t0
+        assert ping.returncode != 0 and "node2 | UNREACHABLE" in ping.stdout, ping.stdout + ping.stderr
+        assert "node1 | SUCCESS" in ping.stdout
+        assert took < 20, f"an exited node must be unreachable fast, took {took:.1f} s"
+        proc = lab_cmd("status", "--json", lab_name=NAME, check=False)
+        assert proc.returncode == 1
+        assert [n["state"] for n in json.loads(proc.stdout)["nodes"]] == ["running", "exited"]
+        doc = json.loads(lab_cmd("up", "--nodes", "2", "--json", lab_name=NAME).stdout)
+        assert doc["up"] is True
     finally:
         lab_cmd("down", lab_name=NAME, check=False)
     after_c, after_n = _podman_names("container"), _podman_names("network")
@@ -62,13 +90,29 @@ def test_up_status_inventory_down():
     subprocess.run(["podman", "network", "rm", f"{NAME}-keep"], capture_output=True, check=False)
 
 
-def test_eight_nodes_and_shrink():
-    name = "t-lab8"
+def test_32_nodes_and_shrink():
+    """Issue 24: `--nodes 16` failed on the 16th node's side network (10.90.K.256/28) and left
+    15 running; 32 nodes come up, each with its own side network on eth0, all on the cluster
+    network; beyond the limit nothing starts."""
+    name = lab_name("lab32")
     try:
-        doc = json.loads(lab_cmd("up", "--nodes", "8", "--json", lab_name=name).stdout)
-        assert len(doc["nodes"]) == 8 and doc["up"]
-        addrs = {n["address"] for n in doc["nodes"]}
-        assert len(addrs) == 8
+        proc = lab_cmd("up", "--nodes", str(65), lab_name=name, check=False)
+        assert proc.returncode == 1 and "between 1 and 64" in proc.stdout + proc.stderr
+        assert not [c for c in _podman_names("container") if c.startswith(f"{name}-")]
+        t0 = time.monotonic()
+        doc = json.loads(lab_cmd("up", "--nodes", "32", "--json", lab_name=name).stdout)
+        print(f"32-node lab up in {time.monotonic() - t0:.1f} s")
+        assert len(doc["nodes"]) == 32 and doc["up"]
+        assert len({n["address"] for n in doc["nodes"]} | {n["side_address"] for n in doc["nodes"]}) == 64
+        for idx in (16, 32):
+            node = doc["nodes"][idx - 1]
+            out = node_exec(name, idx, "cat /proc/net/fib_trie; "
+                                       "python3 - <<'EOF'\nimport socket\ntry:\n"
+                                       f"    socket.create_connection(('{doc['nodes'][0]['address']}', 22), timeout=3)\n"
+                                       "except ConnectionRefusedError:\n    print('node1 answers')\nEOF").stdout
+            assert node["side_address"] in out and node["address"] in out and "node1 answers" in out
+            route = node_exec(name, idx, "cat /proc/net/route").stdout
+            assert any(line.startswith("eth0") for line in route.splitlines())
         doc = json.loads(lab_cmd("up", "--nodes", "3", "--json", lab_name=name).stdout)
         assert [n["name"] for n in doc["nodes"]] == ["node1", "node2", "node3"]
     finally:
@@ -78,7 +122,7 @@ def test_eight_nodes_and_shrink():
 
 
 def test_minimal_flavour_has_no_ip_and_options_apply():
-    name = "t-labmin"
+    name = lab_name("labmin")
     try:
         lab_cmd("up", "--nodes", "1", "--image", "minimal", "--shm-size", "64m",
                 "--node-option", "1:--ulimit=nofile=1024:1024 --ulimit=nproc=4096:4096", lab_name=name)
@@ -87,5 +131,12 @@ def test_minimal_flavour_has_no_ip_and_options_apply():
         assert "no-ip" in out
         assert " 65536 " in out  # 64m shm
         assert out.strip().splitlines()[-1] == "1024"
+        # `podman restart` of a node without an init system (a reboot): every process is gone,
+        # catatonit is PID 1 again, files stay
+        node_exec(name, 1, "touch /root/kept; mkdir -p /run/sshd; ssh-keygen -A >/dev/null; /usr/sbin/sshd -p 2222")
+        assert node_exec(name, 1, "pgrep -x sshd", check=False).returncode == 0
+        subprocess.run(["podman", "restart", f"{name}-node1"], capture_output=True, check=True, timeout=60)
+        out = node_exec(name, 1, "cat /proc/1/comm; pgrep -x sshd || echo no-sshd; ls /root/kept").stdout.split()
+        assert out == ["podman-init", "no-sshd", "/root/kept"], out  # catatonit, as podman names it
     finally:
         lab_cmd("down", lab_name=name, check=False)

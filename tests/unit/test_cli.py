@@ -33,9 +33,9 @@ def test_bad_node_option_is_a_usage_error():
 
 def test_too_many_nodes_is_refused_before_touching_podman(monkeypatch):
     monkeypatch.setattr(lab_core, "setup_host", lambda **kw: pytest.fail("must not set up the host"))
-    result = CliRunner().invoke(cli, ["lab", "up", "--nodes", "99"])
+    result = CliRunner().invoke(cli, ["lab", "up", "--nodes", str(lab_core.MAX_NODES + 1)])
     assert result.exit_code == 1
-    assert "--nodes must be between 1 and 32" in result.output
+    assert f"--nodes must be between 1 and {lab_core.MAX_NODES}" in result.output
 
 
 def test_lab_status_json_when_down(monkeypatch):
@@ -76,3 +76,9 @@ def test_containers_conf_detection(tmp_path):
     assert not lab_core._containers_conf_ok(conf)
     conf.write_text(lab_core.CONTAINERS_CONF)
     assert lab_core._containers_conf_ok(conf)
+
+
+def test_bare_and_another_image_contradict():
+    result = CliRunner().invoke(cli, ["lab", "up", "--bare", "--image", "minimal"])
+    assert result.exit_code == 2
+    assert "--bare and --image minimal contradict" in result.output

@@ -34,23 +34,40 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
               help="Number of nodes.")
 @click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME",
               help="Lab name (several labs can coexist).")
-@click.option("--image", "flavour", default="full", show_default=True,
-              type=click.Choice(sorted(lab_core.FLAVOURS)), help="Node image flavour.")
+@click.option("--image", "flavour", default=None, type=click.Choice(sorted(lab_core.FLAVOURS)),
+              help="Node image flavour: full (default; gcc, pdsh, venv, iproute2 in the image), minimal "
+                   "(no iproute2), bare (what --bare gives).")
+@click.option("--os", "releases", default=lab_core.SUITE, show_default=True, metavar="RELEASE[,RELEASE...]",
+              envvar="PROVISION_LAB_OS",
+              help=f"Debian release of every node, or one per node ({', '.join(lab_core.RELEASES)}), "
+                   "e.g. --nodes 3 --os bullseye,bookworm,trixie.")
+@click.option("--init", "init", default="none", show_default=True, type=click.Choice(lab_core.INITS),
+              envvar="PROVISION_LAB_INIT",
+              help="none: catatonit is PID 1 and sshd is not running (a container); systemd: systemd is "
+                   "PID 1 and runs openssh-server on port 22 (a VM).")
+@click.option("--bare", is_flag=True, envvar="PROVISION_LAB_BARE",
+              help="Only what a fresh minimal server image has: python3, apt (and openssh-server with "
+                   "--init systemd); no gcc, pdsh, python3-venv, iperf3, iproute2.")
 @click.option("--shm-size", default="1g", show_default=True, help="/dev/shm size of every node.")
 @click.option("--node-option", "node_options", multiple=True, metavar="I:OPTS",
               help="Extra podman run options for node I, e.g. '2:--ulimit=memlock=65536:65536'.")
 @click.option("--root-password-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Start sshd on 2222 with root password login only (first-contact tests).")
+              help="Root password login only (first-contact tests): sshd started on 2222 (no init), or "
+                   "the systemd node's own sshd on 22 (--init systemd).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the lab status as JSON.")
-def lab_up(nodes: int, name: str, flavour: str, shm_size: str, node_options: tuple[str, ...],
-           root_password_file: str | None, json_mode: bool) -> None:
+def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str, bare: bool, shm_size: str,
+           node_options: tuple[str, ...], root_password_file: str | None, json_mode: bool) -> None:
     """Bring up (or keep) a lab of N nodes; a second `up` is a fast no-op."""
     term = Terminal(json_mode=json_mode)
+    if bare and flavour not in (None, "bare"):
+        raise UsageError(f"--bare and --image {flavour} contradict each other; give one of them")
     password = None
     if root_password_file:
         password = open(root_password_file, encoding="utf-8").read().strip()
-    spec = lab_core.LabSpec(name=name, nodes=nodes, flavour=flavour, shm_size=shm_size,
-                            node_options=_parse_node_options(node_options), password=password)
+    spec = lab_core.LabSpec(name=name, nodes=nodes, flavour="bare" if bare else (flavour or "full"),
+                            shm_size=shm_size, node_options=_parse_node_options(node_options),
+                            password=password, init=init,
+                            os=tuple(r.strip() for r in releases.split(",") if r.strip()) or (lab_core.SUITE,))
     try:
         state = lab_core.up(spec, log=term.info)
     except lab_core.LabError as exc:
@@ -111,11 +128,12 @@ def _print_status(term: Terminal, state: dict, json_mode: bool) -> None:
     if json_mode:
         term.emit_json(state)
         return
-    table = make_table(f"lab {state['lab']}", ["node", "container", "cluster address",
-                                              "side address (eth0)", "state"])
+    # the container is NAME-<node> (in --json); the columns fit 80 characters
+    table = make_table(f"lab {state['lab']}", ["node", "cluster (eth1)", "side (eth0)", "os", "init", "image",
+                                              "state"])
     for node in state["nodes"]:
-        table.add_row(node["name"], node["container"], node["address"], node["side_address"],
-                      node["state"])
+        table.add_row(node["name"], node["address"], node["side_address"], node["os"], node["init"],
+                      node["flavour"], node["state"])
     term.table(table)
     if not state["nodes"]:
         term.info(f"lab {state['lab']} is down: `provision lab up --name {state['lab']}`")

@@ -1,0 +1,436 @@
+"""A local multi-node lab: podman containers on an --internal network stand in for nodes.
+
+Every node starts "bare", like the seeds' fresh machines: openssh-server installed but not
+running, no keys, no venv, no environment settings, no systemd (catatonit is PID 1). Options
+give nodes like users' machines (images.py): another Debian release per node (`--os`), systemd
+as PID 1 with sshd on port 22 (`--init systemd`), and only what a fresh minimal server image has
+(`--bare`).
+
+Layout of a lab called NAME with N nodes:
+- network NAME (internal, 10.89.K.0/24): the cluster network, node i at 10.89.K.(10+i).
+- network NAME-sideI per node (internal, a /28 of its own: 10.(90+I//16).K.(16*(I%16))/28, node
+  at .2 of it; nodes 1-15 in 10.90.K.0/24, 16-31 in 10.91.K.0/24, ... up to MAX_NODES): a second
+  interface that reaches nothing but the node itself, attached FIRST so that it is eth0 (the
+  interface a naive NCCL or a guessed NCCL_SOCKET_IFNAME would take) while the cluster network
+  is eth1.
+- containers NAME-node1..N, hostnames node1..N, labelled provision.lab=NAME (and with their
+  index, addresses, release, init and flavour: the inventory plugin reads them).
+
+Podman is the only thing we drive; the Ansible inventory plugin provision.cluster.lab reads
+the same labels, so `ansible-playbook site.yml -i inventory/lab/` works for any N.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from provision.paths import cache_dir
+
+from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT, LABEL_OS, LABEL_RECIPE,
+                    LABEL_ROLE, LABEL_SIDE, LabError, _run, podman)
+from .images import (FLAVOURS, INITS, RECIPE_VERSION, RELEASES, SUITE, build_image, check_image_args,
+                     image_exists, image_tag, recipe)
+
+__all__ = [
+    "LABEL", "LABEL_ADDRESS", "LABEL_FLAVOUR", "LABEL_INDEX", "LABEL_INIT", "LABEL_OS", "LABEL_RECIPE",
+    "LABEL_ROLE", "LABEL_SIDE", "FLAVOURS", "INITS", "RECIPE_VERSION", "RELEASES", "SUITE", "LabError",
+    "LabSpec", "Node", "build_image", "check_image_args", "down", "image_exists", "image_tag", "podman",
+    "recipe", "setup_host", "status", "up", "wait_booted",
+]
+
+DEFAULT_NAME = "provlab"
+DEFAULT_NODES = 2
+# 64: the side networks of one lab fill 10.90.K.0/24 .. 10.94.K.0/24 (16 per /24); the cluster
+# network has room for 244. Memory is the real limit: an idle node is ~10 MB, a provisioned one
+# running the smoke test a few hundred.
+MAX_NODES = 64
+_SIDE_FIRST_OCTET = 90
+_OUR_SECOND_OCTETS = {str(o) for o in range(89, _SIDE_FIRST_OCTET + MAX_NODES // 16 + 1)}
+
+CONTAINERS_CONF = """\
+# written by `provision lab` (see README: the lab)
+[containers]
+default_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+
+HOST_PACKAGES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+
+
+@dataclass
+class Node:
+    name: str
+    container: str
+    index: int
+    address: str
+    side_address: str
+    state: str = "missing"
+    addresses: dict[str, str] = field(default_factory=dict)
+    os: str = SUITE
+    init: str = "none"
+    flavour: str = "full"
+    bare: bool = False
+
+
+@dataclass
+class LabSpec:
+    name: str = DEFAULT_NAME
+    nodes: int = DEFAULT_NODES
+    flavour: str = "full"  # full, minimal or bare
+    shm_size: str = "1g"
+    # per-node overrides, index (1-based) -> podman run options, e.g. {2: ["--ulimit", "memlock=64:64"]}
+    node_options: dict[int, list[str]] = field(default_factory=dict)
+    password: str | None = None  # enables root password login in sshd (bootstrap tests)
+    # one release for every node, or one per node (node i gets os[i-1])
+    os: tuple[str, ...] = (SUITE,)
+    init: str = "none"  # none (catatonit, no sshd running) or systemd (PID 1, sshd on 22)
+
+    def release(self, idx: int) -> str:
+        return self.os[0] if len(self.os) == 1 else self.os[idx - 1]
+
+    def check(self) -> None:
+        """Everything that can be wrong with the spec, before anything starts."""
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise LabError(f"--nodes must be between 1 and {MAX_NODES}, got {self.nodes}")
+        if len(self.os) not in (1, self.nodes):
+            raise LabError(f"--os names {len(self.os)} releases for {self.nodes} nodes; give one release "
+                           f"for all nodes or one per node (e.g. --nodes 3 --os bullseye,bookworm,trixie)")
+        for release in self.os:
+            check_image_args(self.flavour, release, self.init)
+
+
+# ---------------------------------------------------------------- host prerequisites
+
+def missing_host_tools() -> list[str]:
+    return [pkg for tool, pkg in HOST_PACKAGES.items() if shutil.which(tool) is None
+            and not Path(f"/usr/sbin/{tool}").exists()]
+
+
+def setup_host(*, install: bool = True, conf_path: Path = Path("/etc/containers/containers.conf"),
+               log=print) -> list[str]:
+    """Install podman/runc/debootstrap and the containers.conf the lab needs.
+
+    Returns what was done. Raises LabError with the exact command when it cannot do it.
+    """
+    done: list[str] = []
+    missing = missing_host_tools()
+    if missing:
+        cmd = "apt-get update && apt-get install -y " + " ".join(missing)
+        if not install or os.geteuid() != 0 or shutil.which("apt-get") is None:
+            raise LabError(f"missing on this machine: {', '.join(missing)}; install them: {cmd}")
+        log(f"installing {' '.join(missing)} (apt-get)")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+            if proc.returncode != 0:
+                raise LabError(f"`{' '.join(argv)}` failed: {proc.stderr.strip()[-300:]}")
+        done.append("installed " + " ".join(missing))
+    if not _containers_conf_ok(conf_path):
+        if os.geteuid() != 0:
+            raise LabError(f"{conf_path} lacks the lab settings (runtime runc, cgroupfs, "
+                           "nofile 16384); run `sudo provision lab setup`")
+        conf_path.parent.mkdir(parents=True, exist_ok=True)
+        if conf_path.exists():
+            backup = conf_path.with_suffix(".conf.provision-backup")
+            if not backup.exists():
+                shutil.copy2(conf_path, backup)
+                done.append(f"saved {conf_path} as {backup}")
+        tmp = conf_path.with_name(conf_path.name + ".tmp")
+        tmp.write_text(CONTAINERS_CONF)
+        os.replace(tmp, conf_path)
+        done.append(f"wrote {conf_path}")
+    return done
+
+
+def _containers_conf_ok(path: Path) -> bool:
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    return 'runtime = "runc"' in text and "nofile=16384" in text and "cgroupfs" in text
+
+
+# ---------------------------------------------------------------- lab state
+
+def _preferred_index(name: str) -> int:
+    if name == DEFAULT_NAME:
+        return 77
+    return 100 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 150
+
+
+def _networks() -> list[dict]:
+    return json.loads(podman("network", "ls", "--format", "json").stdout or "[]")
+
+
+def subnet_index(name: str) -> int:
+    """The /24 index K of this lab (10.89.K.0/24 cluster, 10.90.K.x/28 side networks).
+
+    A lab keeps the index its cluster network has; a new lab takes its preferred index (a hash
+    of the name) or the next one no other podman network uses, so several labs coexist.
+    """
+    nets = _networks()
+    used = set()
+    for net in nets:
+        for sub in net.get("subnets") or []:
+            parts = str(sub.get("subnet", "")).split(".")
+            if len(parts) == 4 and parts[0] == "10" and parts[1] in _OUR_SECOND_OCTETS:
+                if net.get("name") == name and parts[1] == "89":
+                    return int(parts[2])
+                used.add(int(parts[2]))
+    k = _preferred_index(name)
+    for _ in range(250):
+        if k not in used:
+            return k
+        k = 2 + (k - 1) % 253
+    raise LabError("no free 10.89.K.0/24 subnet for a new lab; remove old labs with `provision lab down --name ...`")
+
+
+def side_subnet(k: int, index: int) -> str:
+    """Node INDEX's side network: a /28 of its own, 16 of them per 10.(90+n).K.0/24."""
+    return f"10.{_SIDE_FIRST_OCTET + index // 16}.{k}.{16 * (index % 16)}/28"
+
+
+def node_addresses(k: int, index: int) -> tuple[str, str]:
+    """(cluster address, side address) of node INDEX in the lab with subnet index K."""
+    if not 1 <= index <= MAX_NODES:
+        raise LabError(f"node index {index} is outside 1..{MAX_NODES}")
+    side = ipaddress.ip_network(side_subnet(k, index))
+    return f"10.89.{k}.{10 + index}", str(side.network_address + 2)
+
+
+def node_mac(address: str) -> str:
+    """A fixed, locally administered unicast MAC for an interface: 02:00 and the IPv4 address
+    (unique per lab network, since the addresses are)."""
+    return "02:00:" + ":".join(f"{int(o):02x}" for o in address.split("."))
+
+
+def list_containers(name: str) -> list[dict]:
+    proc = podman("ps", "-a", "--filter", f"label={LABEL}={name}", "--format", "json")
+    return json.loads(proc.stdout or "[]")
+
+
+def list_networks(name: str) -> list[str]:
+    proc = podman("network", "ls", "--filter", f"label={LABEL}={name}", "--format", "{{.Name}}")
+    return [line for line in proc.stdout.split() if line]
+
+
+def node_kind(labels: dict) -> dict:
+    """A node's release, init and flavour from its labels (nodes made before they were
+    labelled are today's bookworm nodes without init; the flavour is in their image tag)."""
+    flavour = labels.get(LABEL_FLAVOUR)
+    if not flavour:
+        tail = labels.get(LABEL_RECIPE, "").rpartition(":")[2]
+        flavour = tail.split("-", 1)[0] if tail.split("-", 1)[0] in FLAVOURS else "full"
+    return {"os": labels.get(LABEL_OS) or SUITE, "init": labels.get(LABEL_INIT) or "none",
+            "flavour": flavour, "bare": flavour == "bare"}
+
+
+def _nodes_of(containers: list[dict]) -> list[dict]:
+    """The lab's node containers (not its mirror or other helpers)."""
+    return [c for c in containers if not (c.get("Labels") or {}).get(LABEL_ROLE)]
+
+
+def status(name: str = DEFAULT_NAME) -> dict:
+    nodes = []
+    for c in _nodes_of(list_containers(name)):
+        labels = c.get("Labels") or {}
+        idx = int(labels.get(LABEL_INDEX, "0"))
+        addr, side = labels.get(LABEL_ADDRESS, ""), labels.get(LABEL_SIDE, "")
+        nodes.append(Node(name=f"node{idx}", container=c["Names"][0], index=idx, address=addr,
+                          side_address=side, state=c.get("State", "unknown"),
+                          addresses={name: addr, f"{name}-side{idx}": side}, **node_kind(labels)))
+    nodes.sort(key=lambda n: n.index)
+    return {"lab": name, "networks": list_networks(name), "nodes": [asdict(n) for n in nodes],
+            "up": bool(nodes) and all(n.state == "running" for n in nodes)}
+
+
+# ---------------------------------------------------------------- up / down
+
+def _ensure_network(net: str, subnet: str, lab: str) -> None:
+    if podman("network", "exists", net, check=False).returncode == 0:
+        return
+    podman("network", "create", "--internal", "--subnet", subnet, "--label", f"{LABEL}={lab}", net)
+
+
+_SSHD_PASSWORD_SETUP = (
+    "set -e; chpasswd; "
+    "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
+    "> /etc/ssh/sshd_config.d/00-lab-password.conf; ssh-keygen -A >/dev/null; mkdir -p /run/sshd; "
+    "/usr/sbin/sshd -p 2222")
+# systemd nodes: the VM's own sshd (port 22, run by systemd) takes the password login
+_SSHD_PASSWORD_SETUP_SYSTEMD = (
+    "set -e; chpasswd; "
+    "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
+    "> /etc/ssh/sshd_config.d/00-lab-password.conf; systemctl reload-or-restart ssh.service")
+BOOT_TIMEOUT = 120  # seconds a systemd node may take to finish booting
+
+
+def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
+    """(index, container, cluster address, side network, side subnet) of every node, checked
+    before anything starts: a lab that cannot be addressed fails here, with nothing started."""
+    cluster = ipaddress.ip_network(f"10.89.{k}.0/24")
+    plan = []
+    for idx in range(1, spec.nodes + 1):
+        addr, side = node_addresses(k, idx)
+        subnet = side_subnet(k, idx)
+        if ipaddress.ip_address(addr) not in cluster or ipaddress.ip_address(side) not in ipaddress.ip_network(subnet):
+            raise LabError(f"node{idx}: no address for it in lab {spec.name}; use --nodes {MAX_NODES} or fewer")
+        plan.append((idx, f"{spec.name}-node{idx}", addr, f"{spec.name}-side{idx}", subnet))
+    return plan
+
+
+def _run_argv(spec: LabSpec, idx: int, cname: str, tag: str, addr: str, side: str, side_net: str) -> list[str]:
+    release = spec.release(idx)
+    if spec.init == "systemd":
+        # systemd as PID 1 (podman mounts /run, /tmp and the cgroup tree as systemd needs them and
+        # stops it with SIGRTMIN+3); no catatonit
+        init_args, command = ["--systemd=always"], ["/sbin/init"]
+    else:
+        # catatonit as PID 1: stops take no 10 s and exited sshd children are reaped
+        init_args, command = ["--init"], ["sleep", "infinity"]
+    return [
+        "run", "-d", *init_args, "--name", cname, "--hostname", f"node{idx}",
+        "--label", f"{LABEL}={spec.name}", "--label", f"{LABEL_INDEX}={idx}",
+        "--label", f"{LABEL_RECIPE}={tag}",
+        "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
+        "--label", f"{LABEL_OS}={release}", "--label", f"{LABEL_INIT}={spec.init}",
+        "--label", f"{LABEL_FLAVOUR}={spec.flavour}",
+        # the side network is eth0, the cluster network eth1 (named: podman attaches the
+        # networks in no fixed order); fixed MACs, as a machine's NICs keep theirs across reboots
+        # (with podman's random ones, a restarted node was unreachable from the others for ~40 s,
+        # until their ARP entries for the old MAC expired)
+        "--network", f"{side_net}:ip={side},mac={node_mac(side)},interface_name=eth0",
+        "--network", f"{spec.name}:ip={addr},mac={node_mac(addr)},interface_name=eth1",
+        "--no-hosts", "--shm-size", spec.shm_size,
+        "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_CHROOT", "--cap-add", "NET_RAW",
+        "--cap-add", "SYS_PTRACE",
+        *spec.node_options.get(idx, []),
+        tag, *command,
+    ]
+
+
+def wait_booted(containers: list[str], *, timeout: float = BOOT_TIMEOUT, log=print) -> None:
+    """Wait until systemd finished booting in each container (sshd on 22 is up then)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(cname: str) -> tuple[str, str]:
+        # systemctl needs systemd's socket, which appears a moment after the container starts
+        script = (f"i=0; while [ ! -S /run/systemd/private ] && [ $i -lt {int(timeout) * 5} ]; do sleep 0.2; i=$((i+1)); done; "
+                  f"timeout {int(timeout)} systemctl is-system-running --wait")
+        proc = podman("exec", cname, "sh", "-c", script, check=False, timeout=2 * timeout + 15)
+        return cname, (proc.stdout.strip() or proc.stderr.strip() or "unknown").splitlines()[-1]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, containers))
+    for cname, state in results:
+        if state == "degraded":
+            failed = podman("exec", cname, "systemctl", "--failed", "--plain", "--no-legend", check=False).stdout
+            log(f"{cname}: systemd is degraded: {' '.join(line.split()[0] for line in failed.splitlines() if line.split())}")
+        elif state != "running":
+            raise LabError(f"{cname}: systemd did not finish booting within {timeout:.0f} s (state: {state}); "
+                           f"see `podman exec {cname} systemctl list-jobs`")
+
+
+def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
+    """Bring the lab to spec. Idempotent: running nodes of the right image are kept.
+
+    Every node's addresses are computed and checked before anything starts; if starting a node
+    fails anyway, the nodes and networks this call created are removed again (nodes that were
+    there before are left as they were) and the error says so.
+    """
+    spec.check()
+    if setup:
+        for line in setup_host(log=log):
+            log(line)
+    tags = {release: build_image(spec.flavour, release=release, init=spec.init, log=log)
+            for release in dict.fromkeys(spec.os)}
+    k = subnet_index(spec.name)
+    plan = _plan(spec, k)
+    _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
+    existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c
+                for c in _nodes_of(list_containers(spec.name))}
+    # nodes beyond the requested count go away (lab up --nodes 2 after --nodes 8)
+    for idx, c in sorted(existing.items()):
+        if idx > spec.nodes:
+            _remove_node(spec.name, idx, c["Names"][0], log=log)
+    started: list[str] = []
+    created: list[tuple[int, str]] = []
+    try:
+        for idx, cname, addr, side_net, subnet in plan:
+            side = node_addresses(k, idx)[1]
+            tag = tags[spec.release(idx)]
+            c = existing.get(idx)
+            if c is not None:
+                same_image = (c.get("Labels") or {}).get(LABEL_RECIPE) == tag
+                if same_image and c.get("State") == "running":
+                    continue
+                if same_image:
+                    podman("start", cname)
+                    started.append(cname)
+                    continue
+                log(f"{cname}: image changed, re-creating")
+                podman("rm", "-f", "-t", "0", cname)
+            if podman("network", "exists", side_net, check=False).returncode != 0:
+                _ensure_network(side_net, subnet, spec.name)
+            created.append((idx, cname))
+            podman(*_run_argv(spec, idx, cname, tag, addr, side, side_net))
+            started.append(cname)
+            if spec.password and spec.init != "systemd":
+                # the password goes through stdin: never on a command line
+                _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
+                     input_text=f"root:{spec.password}\n")
+        if spec.init == "systemd" and started:
+            wait_booted(started, log=log)
+            for idx, cname in created:
+                if spec.password:
+                    _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP_SYSTEMD],
+                         input_text=f"root:{spec.password}\n")
+    except LabError as exc:
+        for idx, cname in created:
+            _remove_node(spec.name, idx, cname, log=lambda _m: None)
+        undo = f"; removed the {len(created)} node(s) this run had created" if created else ""
+        raise LabError(f"{exc}{undo}") from exc
+    if started:
+        log(f"started {', '.join(started)}")
+    return status(spec.name)
+
+
+def _remove_node(lab: str, idx: int, cname: str, *, log=print) -> None:
+    podman("rm", "-f", "-t", "0", cname, check=False)
+    podman("network", "rm", "-f", f"{lab}-side{idx}", check=False)
+    log(f"removed {cname}")
+
+
+def down(name: str = DEFAULT_NAME, *, log=print) -> dict:
+    """Remove every container and network this lab made, and nothing else."""
+    removed = {"containers": [], "networks": []}
+    containers = [c["Names"][0] for c in list_containers(name)]
+    if containers:
+        podman("rm", "-f", "-t", "0", *containers)
+        removed["containers"] = containers
+    for net in list_networks(name):
+        podman("network", "rm", "-f", net, check=False)
+        removed["networks"].append(net)
+    for line in (f"removed {len(containers)} container(s)", ):
+        log(line)
+    known = cache_dir() / "labs" / name
+    shutil.rmtree(known, ignore_errors=True)
+    return removed
+
+
+def lab_state_dir(name: str) -> Path:
+    """Per-lab controller-side state (known_hosts of the nodes)."""
+    path = cache_dir() / "labs" / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path

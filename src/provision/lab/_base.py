@@ -1,0 +1,39 @@
+"""What every part of the lab uses: the error type, labels, and running podman."""
+
+from __future__ import annotations
+
+import subprocess
+
+LABEL = "provision.lab"
+LABEL_INDEX = "provision.lab.index"
+LABEL_RECIPE = "provision.recipe"
+LABEL_ADDRESS = "provision.lab.address"
+LABEL_SIDE = "provision.lab.side_address"
+LABEL_OS = "provision.lab.os"
+LABEL_INIT = "provision.lab.init"
+LABEL_FLAVOUR = "provision.lab.flavour"
+# containers of a lab that are not nodes (the package mirror) carry LABEL and this one
+LABEL_ROLE = "provision.lab.role"
+
+
+class LabError(RuntimeError):
+    """A lab operation failed; the message is one line naming the problem and the fix."""
+
+
+def _run(argv: list[str], *, check: bool = True, input_text: str | None = None,
+         timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, input=input_text,
+                              timeout=timeout, check=False, env=env)
+    except FileNotFoundError as exc:
+        raise LabError(f"{argv[0]} is not installed: run `provision lab setup`") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise LabError(f"`{' '.join(argv[:4])} ...` did not finish within {timeout:.0f} s") from exc
+    if check and proc.returncode != 0:
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        raise LabError(f"`{' '.join(argv[:5])}` failed: {err[-1] if err else proc.returncode}")
+    return proc
+
+
+def podman(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    return _run(["podman", *args], check=check, timeout=timeout)

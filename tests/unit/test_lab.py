@@ -1,0 +1,126 @@
+"""The lab's addressing and `up` plan, without podman."""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+
+import helpers  # noqa: F401
+import pytest
+
+from provision import lab as lab_core
+
+
+@pytest.mark.parametrize("k", [2, 77, 254])
+def test_every_node_up_to_the_limit_has_valid_distinct_addresses(k):
+    """Issue 24: node 16 got 10.90.77.256/28. Every index up to MAX_NODES must get a valid
+    cluster address and a /28 side network of its own that overlaps nothing."""
+    assert lab_core.MAX_NODES >= 32
+    cluster = ipaddress.ip_network(f"10.89.{k}.0/24")
+    nets, addrs = [], set()
+    for idx in range(1, lab_core.MAX_NODES + 1):
+        addr, side = lab_core.node_addresses(k, idx)
+        net = ipaddress.ip_network(lab_core.side_subnet(k, idx))
+        assert net.prefixlen == 28
+        assert ipaddress.ip_address(addr) in cluster
+        assert ipaddress.ip_address(side) in net and ipaddress.ip_address(side) != net.network_address + 1
+        assert not net.overlaps(cluster)
+        nets.append(net)
+        addrs.update((addr, side))
+    assert len(addrs) == 2 * lab_core.MAX_NODES
+    for i, a in enumerate(nets):
+        for b in nets[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+
+
+def test_first_fifteen_nodes_keep_their_addresses():
+    """Labs that exist keep their addressing: nodes 1-15 are where they always were."""
+    for idx in range(1, 16):
+        assert lab_core.node_addresses(42, idx) == (f"10.89.42.{10 + idx}", f"10.90.42.{16 * idx + 2}")
+    assert lab_core.node_addresses(42, 16)[1] == "10.91.42.2"
+    assert lab_core.node_addresses(42, 32)[1] == "10.92.42.2"
+
+
+def test_subnet_index_sees_the_side_networks_of_big_labs(monkeypatch):
+    name = "big"
+    k = lab_core._preferred_index(name)
+    monkeypatch.setattr(lab_core, "_networks", lambda: [{"name": "x-side20", "subnets": [{"subnet": f"10.91.{k}.64/28"}]}])
+    assert lab_core.subnet_index(name) != k
+
+
+def test_beyond_the_limit_nothing_starts(monkeypatch):
+    monkeypatch.setattr(lab_core, "setup_host", lambda **kw: pytest.fail("must not touch the host"))
+    monkeypatch.setattr(lab_core, "podman", lambda *a, **kw: pytest.fail("must not run podman"))
+    with pytest.raises(lab_core.LabError, match=f"between 1 and {lab_core.MAX_NODES}"):
+        lab_core.up(lab_core.LabSpec(name="x", nodes=lab_core.MAX_NODES + 1), setup=False)
+
+
+def test_a_node_that_fails_to_start_takes_back_what_this_run_created(monkeypatch):
+    """Issue 24: `up --nodes 16` left 15 nodes running after failing on the 16th."""
+    calls: list[tuple[str, ...]] = []
+
+    def fake_podman(*args, check=True, timeout=600):
+        calls.append(args)
+        if args[0] == "run" and "x-node3" in args:
+            raise lab_core.LabError("`podman run` failed: boom")
+        rc = 1 if args[:2] == ("network", "exists") else 0
+        return subprocess.CompletedProcess(args, rc, "", "")
+
+    monkeypatch.setattr(lab_core, "podman", fake_podman)
+    monkeypatch.setattr(lab_core, "build_image", lambda flavour, **kw: "localhost/img:x")
+    monkeypatch.setattr(lab_core, "subnet_index", lambda name: 50)
+    monkeypatch.setattr(lab_core, "list_containers", lambda name: [])
+    with pytest.raises(lab_core.LabError, match="removed the 3 node"):
+        lab_core.up(lab_core.LabSpec(name="x", nodes=5), setup=False)
+    removed = {a[-1] for a in calls if a[:2] == ("rm", "-f")}
+    assert removed == {"x-node1", "x-node2", "x-node3"}
+    assert not any(a[0] == "run" and "x-node4" in a for a in calls)
+
+
+def test_todays_images_keep_their_tags():
+    """`provision lab up` with no options uses the very images it used before --os/--init/--bare
+    existed (a rebuild would re-create every running default lab's nodes)."""
+    assert lab_core.image_tag("full") == "localhost/provision-node:full-5d76fc35f8d7"
+    assert lab_core.image_tag("minimal") == "localhost/provision-node:minimal-cd7b99f02271"
+    assert lab_core.image_tag("full", "bookworm", "none") == lab_core.image_tag("full")
+
+
+def test_one_image_per_release_init_and_flavour():
+    tags = {lab_core.image_tag(f, r, i) for f in lab_core.FLAVOURS for r in lab_core.RELEASES for i in lab_core.INITS}
+    assert len(tags) == len(lab_core.FLAVOURS) * len(lab_core.RELEASES) * len(lab_core.INITS)
+    assert lab_core.image_tag("bare", "trixie", "systemd").startswith("localhost/provision-node:trixie-bare-systemd-")
+
+
+def test_bare_images_have_only_what_a_fresh_server_has():
+    from provision.lab.images import packages
+
+    assert packages("bare", "none") == ["python3"]
+    assert packages("bare", "systemd") == sorted(["python3", "openssh-server", "systemd", "systemd-sysv", "dbus"])
+    for pkg in ("gcc", "pdsh", "python3-venv", "iperf3", "iproute2"):
+        assert pkg not in packages("bare", "systemd")
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"nodes": 3, "os": ("bullseye", "bookworm")}, "--os names 2 releases for 3 nodes"),
+    ({"os": ("buster",)}, "unknown Debian release 'buster'"),
+    ({"init": "openrc"}, "unknown init 'openrc'"),
+])
+def test_spec_errors_are_found_before_anything_starts(monkeypatch, kw, message):
+    monkeypatch.setattr(lab_core, "setup_host", lambda **_: pytest.fail("must not touch the host"))
+    monkeypatch.setattr(lab_core, "podman", lambda *a, **_: pytest.fail("must not run podman"))
+    with pytest.raises(lab_core.LabError, match=message):
+        lab_core.up(lab_core.LabSpec(name="x", **kw))
+
+
+def test_node_kind_of_nodes_made_before_the_labels():
+    assert lab_core.node_kind({lab_core.LABEL_RECIPE: "localhost/provision-node:minimal-cd7b99f02271"}) == \
+        {"os": "bookworm", "init": "none", "flavour": "minimal", "bare": False}
+    assert lab_core.node_kind({lab_core.LABEL_OS: "trixie", lab_core.LABEL_INIT: "systemd",
+                               lab_core.LABEL_FLAVOUR: "bare"})["bare"] is True
+
+
+def test_fixed_macs_are_unique_per_address():
+    macs = {lab_core.node_mac(a) for k in (2, 200) for i in range(1, lab_core.MAX_NODES + 1)
+            for a in lab_core.node_addresses(k, i)}
+    assert len(macs) == 4 * lab_core.MAX_NODES
+    assert all(int(m.split(":")[0], 16) & 0b11 == 0b10 for m in macs)  # locally administered unicast
