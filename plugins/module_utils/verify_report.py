@@ -12,20 +12,51 @@ and the run's duration added) and to its own failure message (``fail_lines``). S
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import classify_ssh_error
 
 SCHEMA_VERSION = 1
 
 
-def unreachable_fix(node, conn):
-    """How to get a node back that the controller cannot reach (conn: connection, host, port, user)."""
+def unreachable(node, conn, message=""):
+    """(cause, fix) for a node the controller cannot reach (conn: connection, host, port, user),
+    telling apart a key refused by a node that answers, nothing listening, no answer at all and a
+    changed host key, from the connection's own error line."""
     kind = str(conn.get("connection") or "ssh")
     host = conn.get("host") or node
+    detail = C.one_line(message) or "no result from this node"
     if kind.endswith("podman") or kind.endswith("docker"):
-        return "start the container: %s start %s" % (kind.rsplit(".", 1)[-1], host)
-    port = "-p %s " % conn["port"] if conn.get("port") else ""
+        return detail, "start the container: %s start %s" % (kind.rsplit(".", 1)[-1], host)
+    port_opt = "-p %s " % conn["port"] if conn.get("port") else ""
     user = "%s@" % conn["user"] if conn.get("user") else ""
-    return ("bring %s up and make `ssh %s%s%s true` work from here (sshd down? ansible-playbook site.yml "
-            "--tags sshd --limit %s)" % (node, port, user, host, node))
+    where = "%s port %s" % (host, conn.get("port") or 22)
+    ssh = "`ssh %s%s%s true`" % (port_opt, user, host)
+    cls = classify_ssh_error(message or "")[0] if message else "other"
+    if "did not answer within" in detail or ("timed out" in detail and "banner" in detail):
+        cls = "frozen"
+    if cls == "permission_denied":
+        return ("%s answers on %s but refused our key: %s" % (node, where, detail),
+                "our key is not in %sauthorized_keys there, or sshd ignores the file for its modes (home, ~/.ssh "
+                "or authorized_keys group/world-writable: StrictModes); get back in with the password "
+                "(provision bootstrap -i INV --limit %s --ask-pass) or at the console (chmod go-w ~; chmod 700 "
+                "~/.ssh; chmod 600 ~/.ssh/authorized_keys)" % (("~%s/." % conn["user"]) if conn.get("user") else "the ",
+                                                                node))
+    if cls == "connection_refused":
+        return ("%s answers but nothing listens on %s (sshd down or on another port): %s" % (node, where, detail),
+                "start sshd there (at the console: systemctl start ssh, or /usr/sbin/sshd -p %s), then "
+                "ansible-playbook site.yml --tags sshd --limit %s" % (conn.get("port") or 22, node))
+    if cls in ("host_key_changed", "host_key_missing"):
+        return (detail, "the node's host key is not the one recorded (reimaged?): check its fingerprint at the "
+                        "console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and accept it on purpose: "
+                        "provision bootstrap -i INV --limit %s --replace-host-key SHA256:..." % node)
+    if cls == "frozen":
+        return ("%s accepted the connection but did not answer (frozen, overloaded or its sshd hung): %s"
+                % (node, detail), "look at %s's console or hypervisor (a paused container: podman unpause); "
+                                  "the other nodes were checked without it" % node)
+    if cls in ("no_route", "timeout", "name_unresolvable"):
+        return ("%s does not answer at %s (down, or no route/firewall): %s" % (node, where, detail),
+                "bring %s up and make %s work from here" % (node, ssh))
+    return (detail, "bring %s up and make %s work from here (sshd down? ansible-playbook site.yml --tags sshd "
+                    "--limit %s)" % (node, ssh, node))
 
 
 def mesh_matrix(rows, order):
@@ -105,8 +136,8 @@ def build_document(order, nodes, *, selected, mesh_rows=None, versions=None, gpu
         reachable = bool(entry.get("reachable"))
         doc_nodes.append({"name": node, "address": address, "reachable": reachable})
         if not reachable:
-            checks.append(C.failed("node reachable", entry.get("reach_detail") or "no result from this node",
-                                   unreachable_fix(node, entry.get("connection") or {}), node=node))
+            cause, fix = unreachable(node, entry.get("connection") or {}, entry.get("reach_detail") or "")
+            checks.append(C.failed("node reachable", cause, fix, node=node))
             continue
         checks.append(C.passed("node reachable", "%s answers" % address, node=node))
         checks.extend(C.with_node(entry.get("checks") or [], node))

@@ -211,6 +211,21 @@ def remove_key_command(name: str, known_hosts: Path | str) -> str:
     return f"ssh-keygen -R {shlex.quote(name)} -f {shlex.quote(str(known_hosts))}"
 
 
+def replace_host_key(text: str, name: str, line: str) -> str:
+    """known_hosts text without the plain entries that apply to name (only name on their line: a line
+    naming other hosts too keeps them), plus line: a host key accepted on purpose in place of the old."""
+    out = []
+    for raw in text.splitlines():
+        fields = raw.split()
+        if fields and not raw.lstrip().startswith(("#", "@")) and len(fields) >= 3 and host_field_matches(fields[0], name):
+            rest = [h for h in fields[0].split(",") if not host_field_matches(h, name)]
+            if fields[0].startswith("|") or not rest:
+                continue
+            raw = " ".join([",".join(rest)] + fields[1:])
+        out.append(raw)
+    return "".join(ln + "\n" for ln in out) + line + "\n"
+
+
 def append_lines(text: str, lines: list[str]) -> str | None:
     """text with lines appended (each once, not already present); None when nothing to add."""
     present = {line.strip() for line in text.splitlines()}
@@ -781,7 +796,7 @@ class HostResult:
     where: str
     ok: bool = False
     host_key: str = ""  # "ED25519 SHA256:..."
-    host_key_status: str = ""  # known | accepted | confirmed
+    host_key_status: str = ""  # known | accepted | confirmed | replaced
     login: str = ""  # key | password
     changes: list[str] = field(default_factory=list)
     python: str = ""
@@ -794,7 +809,7 @@ class HostResult:
 
     @property
     def changed(self) -> bool:
-        return bool(self.changes) or self.host_key_status in ("accepted", "confirmed")
+        return bool(self.changes) or self.host_key_status in ("accepted", "confirmed", "replaced")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "changed": self.changed}
@@ -869,6 +884,9 @@ class Options:
     known_hosts: Path
     password: str | None = None
     accept_host_keys: bool = False
+    # fingerprints (SHA256:...) a person confirmed at the consoles of reinstalled hosts: a changed key
+    # that is one of these replaces the recorded one; any other changed key is still refused
+    replace_host_keys: frozenset[str] = frozenset()
     confirm: Callable[[Target, str, str], bool] | None = None  # (target, label, fingerprint) -> yes?
     forks: int = DEFAULT_FORKS
     timeout: float = DEFAULT_TIMEOUT
@@ -922,6 +940,7 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
     # phase 2: decisions, here (prompts are asked one at a time, in inventory order)
     go: list[tuple[Target, Scan]] = []
     new_lines: list[str] = []
+    replaced: list[tuple[str, str]] = []
     for target in targets:
         scan, result = scans[target.name], results[target.name]
         if scan.failure is not None:
@@ -930,12 +949,19 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
         verdict = judge_host_key(known_keys_for(known_text, target.pattern), scan.keytype, scan.blob)
         label = key_label(scan.keytype)
         result.host_key = f"{label} {verdict.presented}"
+        if verdict.status == "changed" and verdict.presented in opts.replace_host_keys:
+            replaced.append((target.pattern, known_hosts_line(target.pattern, scan.keytype, scan.blob)))
+            result.host_key_status = "replaced"
+            go.append((target, scan))
+            continue
         if verdict.status == "changed":
             finish(_failed(result, HostFailure(
                 f"host key changed: {opts.known_hosts} has {', '.join(verdict.recorded)} for "
                 f"{target.pattern}, the host now presents {verdict.presented} ({label})",
-                f"if {target.name} was reinstalled on purpose: "
-                f"{remove_key_command(target.pattern, opts.known_hosts)} and re-run; otherwise find out why")))
+                f"if {target.name} was reinstalled on purpose, check that its console shows {verdict.presented} "
+                f"(ssh-keygen -lf /etc/ssh/ssh_host_{label.lower()}_key.pub) and accept it: provision bootstrap "
+                f"-i INVENTORY --limit {target.name} --replace-host-key {verdict.presented} (or "
+                f"{remove_key_command(target.pattern, opts.known_hosts)}); otherwise find out why")))
             continue
         if verdict.status == "revoked":
             finish(_failed(result, HostFailure(
@@ -963,11 +989,13 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
         else:
             result.host_key_status = "known"
         go.append((target, scan))
-    if new_lines:
+    if new_lines or replaced:
         # re-read: another run may have added lines meanwhile; only what is missing is appended
-        merged = append_lines(read_text(opts.known_hosts), new_lines)
-        if merged is not None:
-            write_atomic(opts.known_hosts, merged)
+        text = read_text(opts.known_hosts)
+        for pattern, line in replaced:
+            text = replace_host_key(text, pattern, line)
+        merged = append_lines(text, new_lines)
+        write_atomic(opts.known_hosts, merged if merged is not None else text)
 
     # phase 3: log in and install the key, in parallel
     on_phase("authorized_keys", len(go))

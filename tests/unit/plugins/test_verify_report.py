@@ -123,3 +123,32 @@ def test_action_plugins_refuse_an_unknown_check(tmp_path, name):
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(play), "-i", str(inv)],
                           capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
     assert proc.returncode == 2 and "unknown check bogus" in proc.stdout, (rc, doc, proc.stdout[-2000:])
+
+
+SSH_ERRORS = Path(__file__).resolve().parents[2] / "fixtures" / "ssh"
+
+
+@pytest.mark.parametrize("capture, says, fix", [
+    ("ssh-err-permission-denied.txt", "answers on 10.0.0.2 port 2222 but refused our key",
+     "provision bootstrap -i INV --limit n2 --ask-pass"),
+    ("ssh-err-connection-refused.txt", "answers but nothing listens on 10.0.0.2 port 2222",
+     "ansible-playbook site.yml --tags sshd --limit n2"),
+    ("ssh-err-timeout.txt", "does not answer at 10.0.0.2 port 2222", "bring n2 up and make `ssh -p 2222 root@10.0.0.2 true`"),
+    ("ssh-err-host-key-changed.txt", "", "--replace-host-key SHA256:"),
+])
+def test_an_unreachable_node_is_told_apart_by_the_connection_error(capture, says, fix):
+    """The controller's own connection error (Ansible prefixes ssh's stderr): real ssh captures."""
+    message = "Failed to connect to the host via ssh: " + (SSH_ERRORS / capture).read_text()
+    conn = {"connection": "ssh", "host": "10.0.0.2", "port": 2222, "user": "root"}
+    doc = build_document(["n2"], {"n2": {"reachable": False, "reach_detail": message, "connection": conn}},
+                         selected=["reach"])
+    (c,) = doc["checks"]
+    assert says in c["detail"] and fix in c["fix"], c
+    assert "\n" not in c["detail"] + c["fix"]
+
+
+def test_a_node_that_did_not_answer_in_time_is_named_frozen():
+    conn = {"connection": "ssh", "host": "10.0.0.2", "port": 2222}
+    doc = build_document(["n2"], {"n2": {"reachable": False, "connection": conn,
+                                         "reach_detail": "n2 did not answer within 30 s"}}, selected=["reach"])
+    assert "did not answer (frozen" in doc["checks"][0]["detail"] and "podman unpause" in doc["checks"][0]["fix"]
