@@ -146,6 +146,25 @@ def _reuse_checks(var, extra=None):
     return reuse
 
 
+INIT_SYSTEMS = ("systemd", "init", "openrc-init", "runit", "s6-svscan")
+
+
+def _adjust_sshd(node, c, ctx):
+    """sshd listening: named as such, and on a node without an init system (a container) the reason a
+    restart lost it and the two ways to keep it."""
+    if not c["check"].startswith("sshd "):
+        c = dict(c, check="sshd listening (%s)" % c["check"])
+    init = ((ctx.results if ctx else {}).get("sshd") or {}).get("init")
+    if c["status"] == C.FAIL and init and init not in INIT_SYSTEMS:
+        port = int(ctx.plan.get("ssh_port") or 2222)
+        c = dict(c, detail="%s; PID 1 is %s, no init system: nothing starts sshd again after the node restarts"
+                 % (c["detail"], init),
+                 fix="ansible-playbook site.yml --tags sshd --limit %s after every restart, or start sshd from the "
+                     "container's command (e.g. sh -c 'ssh-keygen -A; mkdir -p /run/sshd; exec /usr/sbin/sshd -D -p %d')"
+                     % (node, port))
+    return c
+
+
 def _reuse_final(var):
     """Reuse `<role>_result.checks` of a check the stage ran after its changes (the final state)."""
     def reuse(ctx):
@@ -338,7 +357,7 @@ CATALOG = [
          args=lambda ctx: {"ports": [int(ctx.plan.get("ssh_port") or 2222)], "expect": "listening",
                            "allowed_holders": ["sshd"]},
          reuse=_reuse_checks("sshd_result", lambda r, ctx: r.get("found")),
-         adjust=lambda node, c, ctx: c if c["check"].startswith("sshd ") else dict(c, check="sshd listening (%s)" % c["check"])),
+         adjust=_adjust_sshd),
     Spec("ports", "ports free", "rendezvous and cluster ports free or held by the expected process",
          module="provision.cluster.port_facts",
          args=lambda ctx: {"ports": [int(ctx.plan.get("master_port") or 29500)], "expect": "free"},

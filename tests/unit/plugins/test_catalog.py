@@ -150,3 +150,17 @@ def test_pdsh_checked_from_the_first_node_only_stands_for_the_others():
 def test_describe_lists_every_public_check_once():
     names = [n for n, _ in K.describe()]
     assert names == K.PUBLIC and len(set(names)) == len(names)
+
+
+def test_sshd_down_on_a_node_without_init_says_why_a_restart_lost_it():
+    c = ctx()
+    spec = K.BY_NAME["sshd"]
+    result = {"init": "catatonit", "checks": [{"check": "port 2222", "status": "fail", "detail": "2222 is free",
+                                               "fix": "start the service that should listen on 2222"}]}
+    c.results = {"sshd": result}
+    (rec,) = spec.records("n1", result, c)
+    assert rec["detail"] == "2222 is free; PID 1 is catatonit, no init system: nothing starts sshd again after the node restarts"
+    assert rec["fix"].startswith("ansible-playbook site.yml --tags sshd --limit n1 after every restart, or start sshd")
+    c.results = {"sshd": dict(result, init="systemd")}
+    (rec,) = spec.records("n1", dict(result, init="systemd"), c)
+    assert "no init system" not in rec["detail"] and "the sshd role does it" in rec["fix"]
