@@ -30,6 +30,10 @@ options:
     description: Oldest result, in seconds, that may stand.
     type: float
     default: 86400
+  check_mode:
+    description: A check-mode run starts nothing (C(run) false, with the reason).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -44,7 +48,8 @@ _value:
 
 import time
 
-from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import reuse_decision, table_lines
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import node_inputs, reuse_decision, table_lines
+from ansible_collections.provision.cluster.plugins.module_utils.bandwidth import expected_for_nodes
 
 
 def _plain(value):
@@ -56,7 +61,10 @@ def _plain(value):
     return value
 
 
-def allreduce_smoke_reuse(last, inputs, reuse=False, max_age=86400, now=None):
+def allreduce_smoke_reuse(last, inputs, reuse=False, max_age=86400, now=None, check_mode=False):
+    if check_mode:
+        line = "check mode: the all-reduce is not started (it starts workers on every node)"
+        return {"run": False, "reason": line, "result": {"status": "skip"}, "failure_lines": [], "lines": [line]}
     last = _plain(last) if isinstance(last, dict) else None
     stands, reason = reuse_decision(last, _plain(inputs or {}), time.time() if now is None else float(now),
                                     float(max_age))
@@ -67,6 +75,26 @@ def allreduce_smoke_reuse(last, inputs, reuse=False, max_age=86400, now=None):
             "failure_lines": [], "lines": []}
 
 
+def allreduce_smoke_nodes(order, hostvars):
+    """Per node, what a green run proved about it (module_utils.allreduce_smoke.node_inputs)."""
+    def get(host, name):
+        value = hostvars[host].get(name) if host in hostvars else None
+        return _plain(value) if value is not None else None
+    return node_inputs(list(order), get)
+
+
+def allreduce_smoke_expected(order, hostvars):
+    """The busbw the nodes' hardware should give (module_utils.bandwidth.expected_for_nodes), from the
+    facts gpu_health and fabric_health (the health checks') and the NCCL interface nccl_net chose."""
+    nodes = []
+    for host in order:
+        hv = hostvars[host] if host in hostvars else {}
+        nodes.append({"gpu_health": _plain(hv.get("gpu_health")), "fabric_health": _plain(hv.get("fabric_health")),
+                      "link": _plain((hv.get("nccl_net_result") or {}).get("link"))})
+    return expected_for_nodes(nodes)
+
+
 class FilterModule:
     def filters(self):
-        return {"allreduce_smoke_reuse": allreduce_smoke_reuse}
+        return {"allreduce_smoke_reuse": allreduce_smoke_reuse, "allreduce_smoke_nodes": allreduce_smoke_nodes,
+                "allreduce_smoke_expected": allreduce_smoke_expected}

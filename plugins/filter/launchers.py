@@ -22,6 +22,8 @@ import shlex
 
 import yaml
 
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import node_address
+
 DEFAULT_PORT = 29500
 DEFAULT_SSH_PORT = 2222
 
@@ -96,7 +98,7 @@ def launch_nodes(hosts, hostvars, default_slots=1, master=None):
             slots = int(gpus) if gpus not in (None, "") and int(gpus) > 0 else int(default_slots)
         node = {
             "name": str(host),
-            "address": str(hv.get("cluster_address") or hv.get("ansible_host") or host),
+            "address": node_address(hv, host),
             "slots": int(slots),
         }
         ips = hv.get("launchers_hccl_device_ips")

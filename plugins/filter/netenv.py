@@ -12,8 +12,7 @@ description:
   - Takes the per-node results of M(provision.cluster.nccl_net_facts) (in node order) and returns, per
     node, the environment to export after cluster-wide agreement (one RDMA transport on every rank),
     the reasons and the checks (disagreements NCCL cannot live with are warnings naming the nodes).
-  - Also provides C(cluster_peers) (the node list from the inventory when the preflight fact
-    C(cluster_nodes) is absent), C(shell_env_merge) and C(shell_env_common).
+  - Also provides C(shell_env_merge) and C(shell_env_common).
 positional: hosts
 options:
   _input:
@@ -29,7 +28,7 @@ options:
 """
 
 EXAMPLES = r"""
-agreed: "{{ ansible_play_hosts | map('extract', hostvars, '__nccl_net_facts') | list
+agreed: "{{ ansible_play_hosts | map('extract', hostvars, 'nccl_net_facts') | list
             | provision.cluster.nccl_net_agree(ansible_play_hosts) }}"
 """
 
@@ -50,16 +49,6 @@ def nccl_net_agree(results, hosts):
     if len(results) != len(hosts):
         raise AnsibleFilterError("nccl_net_agree: %d results for %d hosts" % (len(results), len(hosts)))
     return agree({h: r for h, r in zip(hosts, results) if r and "env" in r})
-
-
-def cluster_peers(hosts, hostvars):
-    """[{name, address, rank}] from the inventory: cluster_address, else ansible_host, else the name."""
-    out = []
-    for rank, host in enumerate(hosts):
-        hv = hostvars[host]
-        address = hv.get("cluster_address") or hv.get("ansible_host") or host
-        out.append({"name": host, "address": str(address), "rank": rank})
-    return out
 
 
 def shell_env_merge(facts, extra_vars=None):
@@ -85,7 +74,6 @@ class FilterModule:
     def filters(self):
         return {
             "nccl_net_agree": nccl_net_agree,
-            "cluster_peers": cluster_peers,
             "shell_env_merge": shell_env_merge,
             "shell_env_common": shell_env_common,
         }

@@ -16,7 +16,9 @@ import hashlib
 import json
 import re
 
-from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import explain_nccl_resource_error
+# the log -> cause mapping lives in diagnose (one implementation for the smoke test, launch and the CLI)
+from ansible_collections.provision.cluster.plugins.module_utils.diagnose import classify_log  # noqa: F401
+from ansible_collections.provision.cluster.plugins.module_utils.bandwidth import DEFAULT_MIN_FRACTION, judge
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
@@ -140,63 +142,6 @@ def check(name: str, status: str, detail: str, fix: str = "") -> dict:
     return {"check": name, "status": status, "detail": detail, "fix": fix}
 
 
-# (cause, regex, detail template, fix template); first match wins, order = most specific first
-_PATTERNS = [
-    ("duplicate_gpu", r"Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+)",
-     "two ranks on one GPU: rank {0} and rank {1} both on CUDA device {2}",
-     "start one rank per GPU (nproc_per_node <= GPU count) and call torch.cuda.set_device(LOCAL_RANK); "
-     "check CUDA_VISIBLE_DEVICES"),
-    ("no_interface", r"NCCL_SOCKET_IFNAME set by environment to (\S+)[\s\S]*no socket interface found",
-     "NCCL found no usable interface: NCCL_SOCKET_IFNAME={0} matches no interface that is up",
-     "set NCCL_SOCKET_IFNAME to the interface that holds the cluster address (nccl_net role picks it)"),
-    ("no_interface", r"no socket interface found",
-     "NCCL found no usable socket interface",
-     "set NCCL_SOCKET_IFNAME to the interface that holds the cluster address (nccl_net role picks it)"),
-    ("no_interface", r"Unable to find address for:? ?(\S+)|interface (\S+) not found|"
-     r"(?:getifaddrs|ifname).*[Nn]o such device",
-     "gloo found no usable interface {0}",
-     "set GLOO_SOCKET_IFNAME to the interface that holds the cluster address"),
-    # /dev/shm, IPC, memlock and nofile errors: node_runtime's one mapping (see classify_log)
-    ("node_runtime", None, "", ""),
-    ("port_held", r"EADDRINUSE|[Aa]ddress already in use",
-     "the master port is already in use on the master node",
-     "stop the process holding it (`ss -ltnp` / fuser PORT/tcp) or set cluster_master_port to a free port"),
-    ("peer_unreachable", r"failed to connect to (\S+?):(\d+) \(errno: \d+ - (Network is unreachable|"
-     r"No route to host|Connection timed out)\)",
-     "cannot reach the master {0}:{1} ({2})",
-     "use an address on the cluster network for cluster_master_addr and check routes/firewall between "
-     "the nodes on that interface"),
-    ("rendezvous_connection", r"RendezvousConnectionError",
-     "could not talk to the c10d rendezvous store on the master port (a foreign listener or no server)",
-     "check what listens on the master port on the master node; make sure nothing but the job uses it"),
-    ("rendezvous_timeout", r"RendezvousTimeoutError|[Ww]ait timeout|[Tt]imed out.*(?:workers|rendezvous)|"
-     r"client socket has timed out|Socket Timeout|timed out after \d+ms while trying to connect|"
-     r"waiting for clients\. (\d+/\d+) clients joined",
-     "rendezvous timed out: not every rank joined in time",
-     "start the job on every node (same nnodes/world size and master address/port); "
-     "check the master address is reachable from every node"),
-    ("peer_lost", r"Connection reset by peer|Connection closed by peer|[Bb]roken pipe|"
-     r"NCCL error.*remote process exited",
-     "a peer went away during the collective (killed, crashed or the network dropped)",
-     "look at that node's worker log; rerun when every node is healthy"),
-]
-
-
-def classify_log(text: str) -> dict | None:
-    """The most likely cause named by one log text: {cause, detail, fix} or None."""
-    for cause, pattern, detail, fix in _PATTERNS:
-        if pattern is None:
-            resource = explain_nccl_resource_error(text)
-            if resource:
-                return {"cause": resource[0], "detail": resource[1], "fix": resource[2]}
-            continue
-        match = re.search(pattern, text)
-        if match:
-            groups = [g for g in match.groups() if g is not None] if match.groups() else []
-            return {"cause": cause, "detail": detail.format(*groups, *[""] * 3), "fix": fix.format(*groups)}
-    return None
-
-
 _REACH_TEXT = {"unreachable": "no route (network unreachable)", "timeout": "no answer (connect timed out)",
                "refused": "connection refused (nothing listening)"}
 
@@ -272,8 +217,13 @@ def diagnose(hosts: list[dict], master_addr: str, master_port: int, holder: str 
 # --------------------------------------------------------------------------- report
 def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: str | None = None,
               min_busbw: float | None = None, min_ratio: float | None = None,
-              ratio_min_bytes: int = 64 << 20) -> dict:
-    """The whole run as one result: rows, ratio, findings, failures and status."""
+              ratio_min_bytes: int = 64 << 20, expected: dict | None = None,
+              min_fraction: float | None = None) -> dict:
+    """The whole run as one result: rows, ratio, findings, failures and status.
+
+    expected: bandwidth.expected_busbw() of the nodes (the busbw the hardware should give); the run
+    fails below min_fraction of it (bandwidth.DEFAULT_MIN_FRACTION when None).
+    """
     ranks = [r for h in hosts for r in (h.get("ranks") or [])]
     good = [r for r in ranks if r.get("sweep")]
     first = next((r for r in good if r.get("rank") == 0), good[0] if good else None)
@@ -315,6 +265,11 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
             failures.append(check("ratio", "fail", f"busbw/TCP ratio {ratio} is below allreduce_smoke_min_ratio "
                                   f"{min_ratio} (busbw {busbw_big:.3f} GB/s, TCP {tcp_gbps:.3f} GB/s)",
                                   "see the tuning variables in the allreduce_smoke README"))
+    verdict = None
+    if expected is not None and rows:
+        verdict = judge(busbw_big, expected, DEFAULT_MIN_FRACTION if min_fraction is None else float(min_fraction))
+        if verdict["status"] == "fail" and not failures:
+            failures.append(check("expected_busbw", "fail", verdict["detail"], verdict["fix"]))
     if not failures and not rows:
         failures.append(check("worker", "fail", "no rank produced a result", "see the rank logs on the nodes"))
     status = hosts[0].get("status") if hosts else {}
@@ -329,6 +284,8 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
         "interfaces": {h["host"]: (h.get("status") or {}).get("env_used", {}).get("GLOO_SOCKET_IFNAME")
                        or (h.get("nccl") or {}).get("net_interfaces") for h in hosts},
         "nccl": {h["host"]: h["nccl"] for h in hosts if h.get("nccl")},
+        "expected_busbw_gbps": (verdict or {}).get("expected"), "fraction": (verdict or {}).get("fraction"),
+        "expected": verdict,
         "failures": failures, "warnings": warnings,
     }
 
@@ -353,12 +310,33 @@ def table_lines(result: dict) -> list[str]:
     if ring and one_way and ring < 0.8 * one_way:
         lines.append(f"note: with every link busy at once TCP carries {ring:.3f} GB/s per link, {ring / one_way:.2f} of "
                      f"one-way: the path is CPU-bound or not full duplex, and busbw cannot exceed that")
+    if (result.get("expected") or {}).get("status") in ("pass", "skip"):
+        lines.append(f"expected bandwidth: {result['expected']['detail']}")
     for item in result.get("warnings", []) + result.get("failures", []):
         lines.append(f"{item['status'].upper()}: {item['detail']} -- fix: {item['fix']}")
     return lines
 
 
 # --------------------------------------------------------------------------- re-run decision
+def node_inputs(order, get):
+    """Per node, what a green all-reduce proved about it: rank, address, versions, environment block,
+    GPUs and boot. get(host, var) reads one published result of another stage (cluster_plan,
+    python_env_versions, shell_env_result, gpu_facts, node_runtime)."""
+    out = {}
+    for rank, h in enumerate(order):
+        gpu = get(h, "gpu_facts") or {}
+        out[h] = {
+            "rank": rank,
+            "address": ((get(h, "cluster_plan") or {}).get("address_of") or {}).get(h, h),
+            "versions": get(h, "python_env_versions"),
+            "env": (get(h, "shell_env_result") or {}).get("block"),
+            "gpus": [gpu.get("gpu_count", 0), gpu.get("driver_version", "")]
+            + [g.get("uuid", "") for g in gpu.get("gpus") or []],
+            "boot_id": ((get(h, "node_runtime") or {}).get("identity") or {}).get("boot_id", ""),
+        }
+    return out
+
+
 def fingerprint(inputs: dict) -> str:
     """sha256 of what a green all-reduce proved: the worker configuration and, per node, the facts
     the run depends on (address, versions, environment block, GPUs, boot). Key order does not matter."""

@@ -179,9 +179,14 @@ def _kill(procs):
 
 
 # --------------------------------------------------------------------------- rank process
+def rank_value(index_mod3, rank):
+    """What rank r puts in element i: (r+1)*(i%3+1) (numbers or a tensor of i%3)."""
+    return (index_mod3 + 1) * (rank + 1)
+
+
 def expected_value(index_mod3, world_size):
-    """Element i of rank r holds (r+1)*(i%3+1); the exact sum over ranks is (i%3+1)*W(W+1)/2."""
-    return (index_mod3 + 1) * world_size * (world_size + 1) // 2
+    """The exact sum of rank_value over W ranks: (i%3+1)*W(W+1)/2 (numbers or a tensor of i%3)."""
+    return (index_mod3 + 1) * (world_size * (world_size + 1) // 2)
 
 
 def rank_main(cfg_path, local_rank, backend, nproc):
@@ -289,10 +294,10 @@ def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_ra
     for size in cfg["sizes"]:
         n = max(int(size) // 4, 1)
         pattern = (torch.arange(n, dtype=torch.int64, device=device) % 3)
-        t = ((pattern + 1) * (rank + 1)).to(torch.float32)
+        t = rank_value(pattern, rank).to(torch.float32)
         allreduce(t)
         sync()
-        expect = ((pattern + 1) * (world * (world + 1) // 2)).to(torch.float32)
+        expect = expected_value(pattern, world).to(torch.float32)
         bad = int((t != expect).sum().item())
         if bad:
             first = int((t != expect).nonzero()[0].item())

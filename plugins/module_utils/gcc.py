@@ -150,3 +150,14 @@ def missing_packages(family, packages, stdout):
         elif "not installed" not in line:
             installed.add(parts[0])
     return [p for p in packages if p not in installed]
+
+
+def gcc_check(facts, node=None):
+    """The Check record of a gcc_facts reading: GCC found and at least the minimum."""
+    found = "GCC %s at %s" % (facts["version"], facts.get("path")) if facts.get("version") else "no GCC found"
+    if facts.get("meets_min"):
+        return {"check": "gcc", "status": "pass", "detail": "%s >= %s" % (found, facts.get("min_version")), "fix": ""}
+    limit = " --limit %s" % node if node else ""
+    return {"check": "gcc", "status": "fail", "detail": "%s, need >= %s" % (found, facts.get("min_version")),
+            "fix": "ansible-playbook site.yml --tags gcc_toolchain%s (gcc_toolchain_min_version=%s)"
+                   % (limit, facts.get("min_version"))}

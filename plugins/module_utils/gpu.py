@@ -290,3 +290,18 @@ def repo_distro_tag(distribution, major_version):
     if d == "debian":
         return "debian" + ver.split(".")[0]
     return "rhel" + ver.split(".")[0]
+
+
+def gpu_check(facts, plan=None):
+    """The Check record of a gpu_facts reading: skipped without GPU, failed when the toolkit asked for
+    cannot run on the driver, else what was found."""
+    if not facts.get("gpu_count"):
+        return {"check": "gpu", "status": "skip", "detail": facts.get("reason") or "no GPU", "fix": ""}
+    names = sorted({g.get("name", "?") for g in facts.get("gpus") or []})
+    detail = "%s x %s, driver %s (CUDA <= %s), toolkit %s" % (
+        facts["gpu_count"], ", ".join(names), facts.get("driver_version"), facts.get("driver_cuda_version"),
+        facts.get("cuda_home") or "none")
+    if (plan or {}).get("action") == "refuse":
+        return {"check": "gpu", "status": "fail", "detail": plan.get("reason") or detail,
+                "fix": "set cuda_toolkit_version to a release the driver supports, or upgrade the driver"}
+    return {"check": "gpu", "status": "pass", "detail": detail, "fix": ""}

@@ -146,6 +146,10 @@ def read_interfaces(sys_root="/sys"):
         except OSError:
             link = ""
         speed = _int(_read(os.path.join(path, "speed")))
+        try:
+            driver = os.path.basename(os.readlink(os.path.join(path, "device", "driver")))
+        except OSError:
+            driver = None
         out[name] = {
             "name": name,
             "operstate": _read(os.path.join(path, "operstate")),
@@ -155,6 +159,7 @@ def read_interfaces(sys_root="/sys"):
             "speed": speed if speed is not None and speed > 0 else None,
             "mac": _read(os.path.join(path, "address")),
             "virtual": "/virtual/" in link,
+            "driver": driver,
             "bridge": os.path.isdir(os.path.join(path, "bridge")),
             "bridge_port": os.path.isdir(os.path.join(path, "brport")),
             "ipv4": [],

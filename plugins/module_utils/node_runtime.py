@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.provision.cluster.plugins.module_utils.diagnose import explain_resource_error
+
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 KIB = 1024
@@ -747,6 +749,18 @@ def landing_verdict(alias, expected, reported):
     return False, "`ssh %s` landed on %s, not %s: %s" % (alias, landed, expected.get("name"), "; ".join(problems))
 
 
+def landing_from_report(alias, peer, text):
+    """The verdict from a report the SSH mesh check already read through `ssh alias` in this run,
+    when it proves the landing (same node-id token); None when it must be probed again."""
+    if not text or not peer.get("token"):
+        return None
+    try:
+        pair = landing_pair(alias, peer, text)
+    except ValueError:
+        return None
+    return dict(pair, from_mesh=True) if pair["ok"] else None
+
+
 def check_landing(node, results):
     """results: [{"alias","peer","ok","reason"}] for one source node -> one check dict."""
     bad = [r for r in results if not r["ok"]]
@@ -801,42 +815,10 @@ def landing_checks(node, results):
 # ---------------------------------------------------------------- NCCL diagnosis
 
 
-_NCCL_CAUSES = (
-    (re.compile(r"failed to extend /dev/shm/\S+ to \d+ bytes|posix_fallocate failed\s*:\s*No space left"
-                r"|Error while creating shared memory segment|include/shm\.h.*No space left"
-                r"|insufficient shared memory \(shm\)|unable to allocate shared memory"
-                r"|Unable to (?:open|write to) (?:shared memory object|file <?/?torch_)"
-                r"|No space left on device.*shm", re.I),
-     "shm",
-     "/dev/shm is too small or full for NCCL's shared-memory segments (64 MiB container default?)",
-     "give the node a larger /dev/shm (node_runtime: docker/podman --shm-size=1g or more, --ipc=host; "
-     "Kubernetes emptyDir medium: Memory on /dev/shm) and remove stale /dev/shm/nccl-* files"),
-    (re.compile(r"Error while attaching to shared memory segment \S+.*No such file or directory", re.I),
-     "ipc",
-     "ranks on one host do not share /dev/shm (separate IPC namespaces/containers) or systemd-logind "
-     "RemoveIPC deleted the segments",
-     "run the ranks of one host in one container or with --ipc=host; set RemoveIPC=no in "
-     "/etc/systemd/logind.conf when the training user logs out during a run"),
-    (re.compile(r"ibv_reg_mr\S*\s+failed|Unable to register memory|RLIMIT_MEMLOCK is \d+ bytes"
-                r"|ibv_reg_dmabuf_mr\S* failed|fi_mr_reg failed"
-                r"|(?:NET/IB|ib_plugin|ibvwrap).*Cannot allocate memory", re.I),
-     "memlock",
-     "RDMA memory registration failed: the locked-memory limit (ulimit -l) is not unlimited",
-     "make memlock unlimited for the training user (`ulimit -l unlimited`: node_runtime's limits.d drop-in on bare metal; "
-     "--ulimit memlock=-1:-1 --cap-add IPC_LOCK for containers) and start the job from a new login"),
-    (re.compile(r"Too many open files|EMFILE|received 0 items of ancdata", re.I),
-     "nofile",
-     "the open-files limit (ulimit -n) is too low for the ranks' sockets and DataLoader workers",
-     "raise nofile (node_runtime_min_nofile; --ulimit nofile=N:N in containers)"),
-)
-
-
 def explain_nccl_resource_error(text):
     """Map an NCCL/torch log to a node runtime cause -> (cause, explanation, fix) or None.
 
-    cause is one of shm, ipc, memlock, nofile (the check names of node_runtime).
+    cause is one of shm, ipc, memlock, nofile (the check names of node_runtime); the patterns live in
+    diagnose.py with every other log cause.
     """
-    for pattern, cause, why, fix in _NCCL_CAUSES:
-        if pattern.search(text or ""):
-            return cause, why, fix
-    return None
+    return explain_resource_error(text)

@@ -478,6 +478,13 @@ def python_matches(found, wanted):
     return f[:len(w)] == w
 
 
+def env_python(backend, path, conda_prefix, env_name):
+    """The training environment's interpreter: the venv's, or the conda env's."""
+    if backend == "conda":
+        return "%s/envs/%s/bin/python" % (conda_prefix, env_name)
+    return "%s/bin/python" % path
+
+
 def venv_env(path):
     return {"env": {"VIRTUAL_ENV": path}, "path": [f"{path}/bin"], "ld_library_path": [], "source": []}
 
@@ -559,6 +566,21 @@ def compare_outcome(versions, order=None, fail=True):
     if not result["ok"] and fail:
         return out, f"versions differ on {', '.join(result['differing_hosts'])}: {check['fix']}\n" + result["table"]
     return out, None
+
+
+def compare_checks(compare, compared):
+    """One "versions equal" check per compared node (name -> check) from compare_outcome's answer."""
+    check = compare.get("check") or {}
+    odd = set(compare.get("differing_hosts") or [])
+    out = {}
+    for h in compared:
+        if check.get("status") == "fail" and h in odd:
+            out[h] = {"check": "versions equal", "status": "fail", "detail": check.get("detail", ""),
+                      "fix": check.get("fix", ""), "node": h}
+        else:
+            out[h] = {"check": "versions equal", "status": "pass", "detail": "same as the other nodes", "fix": "",
+                      "node": h}
+    return out
 
 
 def versions_check(result):

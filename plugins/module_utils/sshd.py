@@ -19,6 +19,46 @@ def parse_sshd_T(text):
     return out
 
 
+def configured_ports(texts):
+    """Port directives of sshd config texts (global section: before the first Match) -> [ports]."""
+    ports = []
+    for text in texts:
+        for line in (text or "").splitlines():
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            if words[0].lower() == "match":
+                break
+            if words[0].lower() == "port" and len(words) > 1 and words[1].isdigit():
+                ports.append(int(words[1]))
+    return ports
+
+
+def include_patterns(text, base="/etc/ssh"):
+    """The files an sshd_config's Include lines name (globs, relative to base)."""
+    out = []
+    for line in (text or "").splitlines():
+        words = line.split("#", 1)[0].split()
+        if words and words[0].lower() == "include":
+            out += [w if w.startswith("/") else base.rstrip("/") + "/" + w for w in words[1:]]
+    return out
+
+
+def with_port_lines(content, ports):
+    """The drop-in text with a `Port N` line for each of ports it lacks, after its last Port line
+    (or after its leading comments)."""
+    lines = content.splitlines()
+    have = set(configured_ports([content]))
+    extra = ["Port %d" % p for p in ports if p not in have]
+    if not extra:
+        return content
+    at = max((i + 1 for i, ln in enumerate(lines) if ln.split()[:1] == ["Port"]), default=None)
+    if at is None:
+        at = next((i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith("#")), len(lines))
+    out = lines[:at] + extra + lines[at:]
+    return "\n".join(out) + ("\n" if content.endswith("\n") else "")
+
+
 def config_digest(text):
     """Digest of the effective configuration: a change means sshd must re-read it."""
     return hashlib.sha256(text.encode()).hexdigest()

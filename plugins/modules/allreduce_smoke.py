@@ -21,8 +21,10 @@ description:
     found plus the parsed NCCL log.
   - C(state=report) turns every node's C(finished) result into one verdict (table, busbw/TCP
     ratio, one line per failure cause with its fix) and writes it as JSON to O(path).
-  - Never changes the node's configuration, so it reports C(changed=false); it runs in check
-    mode too (the test is read-only), except that C(report) then writes no file.
+  - Never changes the node's configuration, so it reports C(changed=false). It starts processes and
+    writes the run's files (config, the worker, rank logs, the result) in O(run_root), a directory
+    private to the user the module runs as; in check mode it starts, waits for and kills nothing and
+    writes nothing (C(started) and C(finished) are skipped, C(report) writes no file).
 version_added: "0.1.0"
 author: provision contributors
 options:
@@ -45,9 +47,13 @@ options:
     type: str
     default: python3
   run_root:
-    description: Directory under which each run gets its own directory.
+    description:
+      - Directory under which each run gets its own directory. It must be private to the user the module
+        runs as (not a symlink, owned by that user, made with mode 0700 when missing, tightened to 0700
+        when it is ours). The worker written there is then run, so a directory another user made first
+        is refused.
     type: path
-    default: /tmp/provision-allreduce
+    default: ~/.cache/provision/allreduce
   run_id:
     description: Name of the run (C(started)); its directory is O(run_root)/O(run_id).
     type: str
@@ -85,6 +91,15 @@ options:
   min_ratio:
     description: Fail when busbw / one-way TCP bandwidth is lower.
     type: float
+  expected:
+    description:
+      - The all-reduce busbw the nodes' hardware should give (C(report)), as module_utils/bandwidth.py's
+        C(expected_busbw) returns it (the role computes it from the nodes' gpu_health, fabric_health and
+        NCCL interface). The result reports busbw as a fraction of it and fails below O(min_fraction).
+    type: dict
+  min_fraction:
+    description: Lowest acceptable fraction of O(expected) (default 0.8, see docs/health-checks.md).
+    type: float
   path:
     description: Where C(report) writes the JSON result.
     type: path
@@ -94,6 +109,14 @@ options:
         versions, environment, GPUs and boot id. Stored with the result with their hash (C(fingerprint)), so
         that a later run can tell whether anything changed (filter C(provision.cluster.allreduce_smoke_reuse)).
     type: dict
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: C(started) and C(finished) are skipped, C(port_free) kills no stale run, C(report) writes no file.
+  diff_mode:
+    support: N/A
+    details: It changes no configuration.
 """
 
 EXAMPLES = r"""
@@ -180,6 +203,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker
 from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (
     fingerprint, parse_nccl_log, parse_size, summarize, table_lines)
+from ansible_collections.provision.cluster.plugins.module_utils.files import NotPrivate, private_dir
 from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
 
 LOG_KEEP = 200          # lines of each rank log returned to the controller
@@ -187,9 +211,19 @@ LOG_INTERESTING = ("WARN", "Error", "error", "Timeout", "timed out", "EADDRINUSE
                    "Using network", "NET/", "Duplicate", "shared memory", "ibv_", "Exception")
 
 
+def _run_root(module, p):
+    """The private directory of the runs (a predictable /tmp path made by another user first would let
+    that user swap the worker this module then runs as the cluster user)."""
+    try:
+        return private_dir(p["run_root"], create=not module.check_mode or os.path.isdir(p["run_root"]))
+    except NotPrivate as exc:
+        module.fail_json(msg="allreduce_smoke_run_root: %s" % exc)
+
+
 def start(module, p):
-    run_root = p["run_root"]
-    os.makedirs(run_root, mode=0o700, exist_ok=True)
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: the all-reduce is not started")
+    run_root = _run_root(module, p)
     stale = _stale_kill(run_root)
     for name in os.listdir(run_root):  # keep only the newest runs' logs
         path = os.path.join(run_root, name)
@@ -299,6 +333,8 @@ def _stale_kill(run_root):
 
 
 def finish(module, p):
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: no run to wait for")
     run_dir, pid = p["run_dir"], p["pid"]
     status_path = os.path.join(run_dir, "status.json")
     deadline = time.monotonic() + p["timeout"]
@@ -366,7 +402,8 @@ def report(module, p):
             res["missing"] = "no result: the host failed before the run or is unreachable"
         hosts.append(res)
     result = summarize(hosts, master_addr=p["master_addr"], master_port=p["master_port"],
-                       holder=p.get("holder"), min_busbw=p.get("min_busbw"), min_ratio=p.get("min_ratio"))
+                       holder=p.get("holder"), min_busbw=p.get("min_busbw"), min_ratio=p.get("min_ratio"),
+                       expected=p.get("expected"), min_fraction=p.get("min_fraction"))
     if p.get("inputs") is not None:
         result.update(fingerprint=fingerprint(p["inputs"]), fingerprint_inputs=p["inputs"])
     result["finished_at"] = time.time()
@@ -374,7 +411,7 @@ def report(module, p):
     written = False
     if p.get("path") and not module.check_mode:
         directory = os.path.dirname(p["path"])
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         tmp = f"{p['path']}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1, sort_keys=True)
@@ -387,7 +424,8 @@ def report(module, p):
 
 
 def port_free(module, p):
-    _stale_kill(p["run_root"])
+    if not module.check_mode:
+        _stale_kill(os.path.expanduser(p["run_root"]))
     found = port_facts([p["port"]])[0]
     if found["held"]:
         who = "; ".join(f"pid {h['pid']}: {h['cmdline'][:100] or h['name']}" for h in found["processes"])
@@ -404,7 +442,7 @@ def main():
             "port": {"type": "int"},
             "config": {"type": "dict"},
             "python": {"type": "str", "default": "python3"},
-            "run_root": {"type": "path", "default": "/tmp/provision-allreduce"},
+            "run_root": {"type": "path", "default": "~/.cache/provision/allreduce"},
             "run_id": {"type": "str"},
             "run_dir": {"type": "path"},
             "pid": {"type": "int"},
@@ -416,6 +454,8 @@ def main():
             "master_port": {"type": "int"},
             "min_busbw": {"type": "float"},
             "min_ratio": {"type": "float"},
+            "expected": {"type": "dict"},
+            "min_fraction": {"type": "float"},
             "path": {"type": "path"},
             "inputs": {"type": "dict"},
         },

@@ -37,8 +37,10 @@ options:
     description: Fail when the GCC found is older than O(min_version) or missing.
     type: bool
     default: false
-notes:
-  - Supports check mode.
+  node:
+    description: The node's inventory name, for the fix line of RV(checks).
+    type: str
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""
@@ -58,6 +60,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+checks:
+  description: The check C(gcc) (pass when a GCC of at least O(min_version) is found), as C(provision verify) reports it.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {"check": "gcc", "status": "fail", "detail": "GCC 8.5.0 at /usr/bin/gcc, need >= 9",
+       "fix": "ansible-playbook site.yml --tags gcc_toolchain --limit node1 (gcc_toolchain_min_version=9)"}
 plan:
   description: kind (system|scl), packages, pre_packages, missing (those not installed), scl, enable, gcc, env, reason.
   returned: always
@@ -89,6 +99,7 @@ def main():
             toolset=dict(type="int"),
             debian_packages=dict(type="list", elements="str", default=["gcc", "g++", "make"]),
             fail_below=dict(type="bool", default=False),
+            node=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -122,13 +133,14 @@ def main():
     facts = {"version": version or "", "path": gcc or "", "meets_min": ok, "min_version": p["min_version"],
              "os_family": family, "os_major": major, "scl": plan["scl"] or "", "enable": plan["enable"] or ""}
     env = plan["env"] if (plan["kind"] == "scl" and version) else {"env": {}, "path": [], "ld_library_path": [], "source": []}
+    checks = [C.gcc_check(facts, p["node"])]
     if p["fail_below"] and not ok:
         found = f"GCC {version} at {gcc}" if version else f"no GCC ({plan['gcc']})"
         fix = ("set gcc_toolchain_toolset to a newer toolset" if plan["kind"] == "scl"
                else "set gcc_toolchain_debian_packages to a newer gcc-N/g++-N")
         module.fail_json(msg=f"{found} is below gcc_toolchain_min_version {p['min_version']}: {fix}",
-                         plan=plan, ansible_facts={"gcc_toolchain_facts": facts})
-    module.exit_json(changed=False, plan=plan,
+                         plan=plan, checks=checks, ansible_facts={"gcc_toolchain_facts": facts})
+    module.exit_json(changed=False, plan=plan, checks=checks,
                      ansible_facts={"gcc_toolchain_facts": facts, "provision_env_gcc_toolchain": env})
 
 

@@ -71,6 +71,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+checks:
+  description: The check C(gpu) as C(provision verify) reports it (skip without GPU, fail when the toolkit asked for cannot run on the driver).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"check": "gpu", "status": "skip", "detail": "no NVIDIA driver (nvidia-smi not found)", "fix": ""}]
 plan:
   description: With O(source), what the cuda_toolkit role does (action skip|present|none|install|refuse, reason, method, packages, repo, argv, cuda_home).
   returned: always
@@ -259,7 +265,8 @@ def main():
         plan = G.toolkit_plan(facts, version=p["cuda_version"], source=p["source"], os_family=family,
                               distro_release=G.repo_distro_tag(osr.get("ID"), osr.get("VERSION_ID")),
                               runfile=p["runfile"], install_root=p["install_root"])
-    module.exit_json(changed=False, plan=plan, ansible_facts={"gpu_facts": facts, "provision_env_cuda_toolkit": env})
+    module.exit_json(changed=False, plan=plan, checks=[G.gpu_check(facts, plan)],
+                     ansible_facts={"gpu_facts": facts, "provision_env_cuda_toolkit": env})
 
 
 if __name__ == "__main__":

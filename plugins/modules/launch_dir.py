@@ -74,7 +74,7 @@ import pwd
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.launchers import plan_files, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.launch import plan_files, read_text
 
 
 def main():

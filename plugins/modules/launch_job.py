@@ -92,7 +92,7 @@ pid:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.launchers import poll_job, start_job, stop_job
+from ansible_collections.provision.cluster.plugins.module_utils.launch import poll_job, start_job, stop_job
 
 
 def main():

@@ -60,8 +60,16 @@ options:
     description: pdsh C(-u), seconds; also the limit of the whole check (plus O(connect_timeout)).
     type: int
     default: 30
-notes:
-  - Supports check mode and diff mode.
+  node:
+    description: The node's inventory name, for the fix lines of RV(checks).
+    type: str
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the files are compared, not written; a difference is a failed check C(pdsh).
+  diff_mode:
+    support: full
 """
 
 EXAMPLES = r"""
@@ -85,7 +93,9 @@ missing:
   type: list
   elements: str
 checks:
-  description: One check C(pdsh from SOURCE) in the shape of C(provision verify).
+  description:
+    - One check C(pdsh from SOURCE) in the shape of C(provision verify) when pdsh ran; a failed check C(pdsh)
+      when pdsh is not installed, or (check mode) when the hosts file or rcmd_default differs from what it should be.
   returned: always
   type: list
   elements: dict
@@ -122,13 +132,17 @@ def main():
             user=dict(type="str"),
             connect_timeout=dict(type="int", default=10),
             command_timeout=dict(type="int", default=30),
+            node=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    stage = "ansible-playbook site.yml --tags pdsh" + (" --limit %s" % p["node"] if p["node"] else "")
     pdsh = module.get_bin_path("pdsh")
     if not pdsh:
-        module.exit_json(changed=False, found=False, rcmd_default_supported=False, missing=[], checks=[], checked=False)
+        module.exit_json(changed=False, found=False, rcmd_default_supported=False, missing=[], checked=False,
+                         checks=[{"check": "pdsh", "status": "fail", "detail": "pdsh is not installed",
+                                  "fix": "%s (or install the pdsh package)" % stage}])
     wrapper = _read(pdsh) if os.path.getsize(pdsh) < 65536 else ""
     rcmd_supported = bool(wrapper) and p["rcmd_default_path"] in (wrapper or "")
     files = [(p["hosts_file"], "".join(h + "\n" for h in p["hosts"]))]
@@ -149,6 +163,9 @@ def main():
             os.chmod(tmp, 0o644)
             module.atomic_move(tmp, path)
     result = dict(changed=changed, found=True, rcmd_default_supported=rcmd_supported, missing=[], checks=[], checked=False)
+    if changed and module.check_mode:
+        result["checks"] = [{"check": "pdsh", "status": "fail",
+                             "detail": "the pdsh hosts file or rcmd_default does not match the inventory", "fix": stage}]
     if diffs and module._diff:
         result["diff"] = diffs
     if (p["check"] or (p["check_if_changed"] and changed)) and not (module.check_mode and changed):

@@ -112,12 +112,20 @@ checks:
   type: list
   elements: dict
   sample: [{check: port 29500, status: fail, detail: "29500 is held by pid 4242 (python)", fix: "stop it: kill 4242"}]
+init:
+  description: The name of PID 1 (C(systemd), C(init), or in a container C(catatonit), C(tini), C(sleep), ...),
+    which says whether anything starts a service again after a restart.
+  returned: always
+  type: str
+  sample: systemd
 failed_checks:
   description: The checks whose status is C(fail).
   returned: always
   type: list
   elements: dict
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.ports import (
@@ -148,7 +156,12 @@ def main():
         others = listeners(p["proc_path"])
     checks = [check_port(r, p["expect"], p["allowed_holders"], others) for r in reports]
     listening = sorted({s["local_port"] for s in read_sockets(p["proc_path"]) if s["state"] == "LISTEN"})
-    module.exit_json(changed=False, ports=reports, listening=listening, checks=checks,
+    try:
+        with open(os.path.join(p["proc_path"], "1", "comm"), encoding="utf-8") as handle:
+            init = handle.read().strip()
+    except OSError:
+        init = ""
+    module.exit_json(changed=False, ports=reports, listening=listening, checks=checks, init=init,
                      failed_checks=[c for c in checks if c["status"] == "fail"])
 
 

@@ -102,9 +102,14 @@ ansible_facts:
   returned: when export or when the versions cache answered
   type: dict
 versions_cached:
-  description: Whether O(versions_cache) answered (then C(check) holds the verify contract).
+  description: Whether O(versions_cache) answered (then RV(checks) holds the check C(python_env)).
   returned: always
   type: bool
+checks:
+  description: The check C(python_env) from the versions cache, as C(provision verify) reports it.
+  returned: when the versions cache answered
+  type: list
+  elements: dict
 """
 
 import grp
@@ -228,8 +233,7 @@ def main():
     if cached is not None:
         facts["python_env_versions"] = cached
         module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
-                         versions_cached=True,
-                         check=P.cached_check(cached))
+                         versions_cached=True, checks=[P.cached_check(cached)])
     module.exit_json(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts,
                      versions_cached=False)
 

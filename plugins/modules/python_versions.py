@@ -60,16 +60,13 @@ cached:
   description: Whether the answer came from O(cache).
   returned: success
   type: bool
-check:
-  description: The verify contract (check, status, detail, fix).
-  returned: always
-  type: dict
 checks:
   description:
-    - C(check), then, when DeepSpeed is installed with ops compiled at install time, the check
-      C(deepspeed build). It fails when those ops were compiled for another torch (major.minor) or
-      CUDA than the environment has, which makes them fail to load at run time.
-  returned: success
+    - The check C(python_env) (the interpreter exists and torch imports), then, when DeepSpeed is installed
+      with ops compiled at install time, the check C(deepspeed build). It fails when those ops were compiled
+      for another torch (major.minor) or CUDA than the environment has, which makes them fail to load at
+      run time.
+  returned: always
   type: list
   elements: dict
 ansible_facts:
@@ -106,13 +103,13 @@ def main():
     if not os.access(p["python"], os.X_OK):
         check = {"check": "python_env", "status": "fail", "detail": f"{p['python']} missing", "fix": fix}
         if p["require_torch"]:
-            module.fail_json(msg=f"{p['python']} does not exist: {fix}", check=check)
-        module.exit_json(changed=False, check=check, ansible_facts={"python_env_versions": P.normalize_versions({})})
+            module.fail_json(msg=f"{p['python']} does not exist: {fix}", checks=[check])
+        module.exit_json(changed=False, checks=[check], ansible_facts={"python_env_versions": P.normalize_versions({})})
     key = P.probe_cache_key(p["python"]) if p["cache"] else None
     cached = P.cached_versions(p["cache"], key, p["python"], p["packages"]) if key else None
     if cached is not None:
         check = P.cached_check(cached)
-        module.exit_json(changed=False, cached=True, check=check, checks=_checks(p, check, cached),
+        module.exit_json(changed=False, cached=True, checks=_checks(p, check, cached),
                          ansible_facts={"python_env_versions": cached})
     argv = [p["python"], "-c", P.VERSIONS_PROBE, json.dumps(p["packages"])]
     try:
@@ -129,13 +126,13 @@ def main():
                  "detail": f"torch does not import: {raw.get('torch_error')}", "fix": fix}
         if p["require_torch"]:
             module.fail_json(msg=f"torch does not import in {p['python']}: {raw.get('torch_error')}; fix: {fix}",
-                             check=check, ansible_facts={"python_env_versions": versions})
+                             checks=[check], ansible_facts={"python_env_versions": versions})
     else:
         check = {"check": "python_env", "status": "pass",
                  "detail": f"python {versions['python']} torch {versions['torch']}", "fix": ""}
         if key and not module.check_mode:
             _write_cache(module, p["cache"], key, versions)
-    module.exit_json(changed=False, cached=False, check=check, checks=_checks(p, check, versions),
+    module.exit_json(changed=False, cached=False, checks=_checks(p, check, versions),
                      ansible_facts={"python_env_versions": versions})
 
 

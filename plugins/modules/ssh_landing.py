@@ -100,7 +100,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    LANDING_SCRIPT, landing_checks, landing_pair,
+    LANDING_SCRIPT, landing_checks, landing_from_report, landing_pair,
 )
 
 
@@ -119,18 +119,6 @@ def probe(ssh_argv, alias, peer, timeout):
         return landing_pair(alias, peer, proc.stdout)
     except ValueError as exc:
         return {"alias": alias, "peer": peer["name"], "ok": False, "reason": "`ssh %s`: %s" % (alias, exc)}
-
-
-def from_report(alias, peer, text):
-    """The verdict from a report the SSH mesh check already read through `ssh alias` in this run,
-    when it proves the landing (same node-id token); anything else is probed again here."""
-    if not text or not peer.get("token"):
-        return None
-    try:
-        pair = landing_pair(alias, peer, text)
-    except ValueError:
-        return None
-    return dict(pair, from_mesh=True) if pair["ok"] else None
 
 
 def main():
@@ -160,7 +148,7 @@ def main():
             if alias:
                 jobs.append((alias, peer))
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
-        pairs = list(pool.map(lambda j: from_report(j[0], j[1], p["reports"].get(j[0]))
+        pairs = list(pool.map(lambda j: landing_from_report(j[0], j[1], p["reports"].get(j[0]))
                               or probe(ssh_argv, j[0], j[1], p["timeout"]), jobs))
     checks = landing_checks(p["node"], pairs)
     check = checks[0]

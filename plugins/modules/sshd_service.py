@@ -59,6 +59,14 @@ options:
     description: Where the digest of the configuration sshd was started with is kept.
     type: path
     default: /run/provision-sshd.json
+  keep_default_port:
+    description:
+      - On a host whose sshd systemd runs (O(mode=systemd), a VM or bare metal), keep port 22 when no other
+        configuration file sets a C(Port). The drop-in's C(Port) lines would otherwise replace sshd's default,
+        and the cluster port must come beside 22, not instead of it. Not done in containers without systemd
+        (O(mode=direct)), where 22 often belongs to the host.
+    type: bool
+    default: true
   pam_file:
     description:
       - C(direct) mode only. In it C(pam_loginuid) is made C(optional) - an sshd started from an
@@ -106,6 +114,7 @@ checks:
   elements: dict
 """
 
+import glob
 import json
 import os
 import signal
@@ -116,11 +125,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
 from ansible_collections.provision.cluster.plugins.module_utils.sshd import (
     config_digest,
+    configured_ports,
     effective_problems,
+    include_patterns,
     pam_loginuid_optional,
     parse_sshd_T,
     plan_direct,
     plan_systemd,
+    with_port_lines,
 )
 
 HOST_KEYS = ("rsa", "ecdsa", "ed25519")
@@ -269,6 +281,7 @@ def main():
             state_file=dict(type="path", default="/run/provision-sshd.json"),
             timeout=dict(type="int", default=15),
             pam_file=dict(type="path", default="/etc/pam.d/sshd"),
+            keep_default_port=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -282,6 +295,15 @@ def main():
     mode = p["mode"]
     if mode == "auto":
         mode = "systemd" if os.path.isdir("/run/systemd/system") else "direct"
+    if mode == "systemd" and p["keep_default_port"] and p["content"] is not None:
+        # the host's own sshd (a VM, bare metal): our Port lines would replace its default 22 when no
+        # other file sets a Port; keep it, so the cluster port is added beside it
+        main_text = _read(p["main_config"]) or ""
+        others = [main_text] + [_read(f) for pat in include_patterns(main_text) for f in sorted(glob.glob(pat))
+                                if os.path.abspath(f) != os.path.abspath(p["path"])]
+        if not configured_ports(others):
+            p["content"] = with_port_lines(p["content"], [22])
+            p["ports"] = sorted(set(p["ports"]) | {22})
     generated = s.prepare()
     config_changed, diff = s.write_dropin()
     text, effective = s.effective()

@@ -32,7 +32,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -210,6 +209,21 @@ def known_hosts_line(name: str, keytype: str, blob: bytes) -> str:
 
 def remove_key_command(name: str, known_hosts: Path | str) -> str:
     return f"ssh-keygen -R {shlex.quote(name)} -f {shlex.quote(str(known_hosts))}"
+
+
+def replace_host_key(text: str, name: str, line: str) -> str:
+    """known_hosts text without the plain entries that apply to name (only name on their line: a line
+    naming other hosts too keeps them), plus line: a host key accepted on purpose in place of the old."""
+    out = []
+    for raw in text.splitlines():
+        fields = raw.split()
+        if fields and not raw.lstrip().startswith(("#", "@")) and len(fields) >= 3 and host_field_matches(fields[0], name):
+            rest = [h for h in fields[0].split(",") if not host_field_matches(h, name)]
+            if fields[0].startswith("|") or not rest:
+                continue
+            raw = " ".join([",".join(rest)] + fields[1:])
+        out.append(raw)
+    return "".join(ln + "\n" for ln in out) + line + "\n"
 
 
 def append_lines(text: str, lines: list[str]) -> str | None:
@@ -492,45 +506,21 @@ class Target:
 
 def inventory_hosts(data: dict) -> list[str]:
     """Host names of `ansible-inventory --list` output in inventory order (depth first from all)."""
-    order: list[str] = []
-    seen_groups: set[str] = set()
+    from provision import ansible
 
-    def walk(group: str) -> None:
-        if group in seen_groups:
-            return
-        seen_groups.add(group)
-        node = data.get(group) or {}
-        for host in node.get("hosts", []):
-            if host not in order:
-                order.append(host)
-        for child in node.get("children", []):
-            walk(child)
-
-    walk("all")
-    for host in (data.get("_meta") or {}).get("hostvars", {}):
-        if host not in order:
-            order.append(host)
-    return order
-
-
-def _plain(value):
-    """ansible-inventory >= 2.19 prints unsafe strings as {"__ansible_unsafe": "..."}."""
-    if isinstance(value, dict):
-        if set(value) == {"__ansible_unsafe"}:
-            return _plain(value["__ansible_unsafe"])
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+    order = ansible.group_hosts(data, "all")
+    return order + [h for h in (data.get("_meta") or {}).get("hostvars", {}) if h not in order]
 
 
 def targets_from_inventory(data: dict, *, user: str | None = None,
                            default_user: str = "root") -> tuple[list[Target], list[tuple[str, str]]]:
     """(SSH targets, [(host, why skipped)]) from `ansible-inventory --list` JSON."""
+    from provision import ansible
+
     hostvars = (data.get("_meta") or {}).get("hostvars", {})
     targets, skipped = [], []
     for name in inventory_hosts(data):
-        hv = _plain(hostvars.get(name) or {})
+        hv = ansible.plain(hostvars.get(name) or {})
         conn = str(hv.get("ansible_connection", "ssh"))
         if conn not in SSH_CONNECTIONS:
             skipped.append((name, f"ansible_connection={conn}: no SSH first contact to make"))
@@ -677,33 +667,12 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 
 def load_inventory(inventory: str, limit: str | None = None, *, timeout: float = 120) -> dict:
     """`ansible-inventory -i INV --list` as JSON (BootstrapError when it cannot be read)."""
-    import json
+    from provision import ansible
 
-    from provision.paths import ansible_env
-
-    exe = Path(sys.executable).parent / "ansible-inventory"
-    argv = [str(exe) if exe.exists() else (shutil.which("ansible-inventory") or "ansible-inventory"),
-            "-i", inventory, "--list"]
-    if limit:
-        argv += ["--limit", limit]
-    env = ansible_env({"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_NOCOLOR": "1"})
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                              check=False, stdin=subprocess.DEVNULL)
-    except FileNotFoundError as exc:
-        raise BootstrapError("ansible-inventory is missing: pip install ansible-core") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise BootstrapError(f"ansible-inventory -i {inventory} did not finish in {timeout:.0f} s") from exc
-    if proc.returncode != 0:
-        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("[")]
-        # the first parser's complaint says most (ansible-core 2.19 prints one per plugin tried)
-        why = next((line for line in lines if "Failed to parse" in line), lines[-1] if lines else "")
-        raise BootstrapError(f"cannot read inventory {inventory}: {why or proc.returncode} "
-                             f"(all of it: ansible-inventory -i {inventory} --list)")
-    try:
-        return json.loads(proc.stdout)
-    except ValueError as exc:
-        raise BootstrapError(f"ansible-inventory printed no JSON for {inventory}") from exc
+        return ansible.read_inventory(inventory, limit, timeout=timeout)
+    except ansible.AnsibleError as exc:
+        raise BootstrapError(str(exc)) from exc
 
 
 # ====================================================================== remote side (paramiko)
@@ -827,7 +796,7 @@ class HostResult:
     where: str
     ok: bool = False
     host_key: str = ""  # "ED25519 SHA256:..."
-    host_key_status: str = ""  # known | accepted | confirmed
+    host_key_status: str = ""  # known | accepted | confirmed | replaced
     login: str = ""  # key | password
     changes: list[str] = field(default_factory=list)
     python: str = ""
@@ -840,7 +809,7 @@ class HostResult:
 
     @property
     def changed(self) -> bool:
-        return bool(self.changes) or self.host_key_status in ("accepted", "confirmed")
+        return bool(self.changes) or self.host_key_status in ("accepted", "confirmed", "replaced")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "changed": self.changed}
@@ -915,6 +884,9 @@ class Options:
     known_hosts: Path
     password: str | None = None
     accept_host_keys: bool = False
+    # fingerprints (SHA256:...) a person confirmed at the consoles of reinstalled hosts: a changed key
+    # that is one of these replaces the recorded one; any other changed key is still refused
+    replace_host_keys: frozenset[str] = frozenset()
     confirm: Callable[[Target, str, str], bool] | None = None  # (target, label, fingerprint) -> yes?
     forks: int = DEFAULT_FORKS
     timeout: float = DEFAULT_TIMEOUT
@@ -968,6 +940,7 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
     # phase 2: decisions, here (prompts are asked one at a time, in inventory order)
     go: list[tuple[Target, Scan]] = []
     new_lines: list[str] = []
+    replaced: list[tuple[str, str]] = []
     for target in targets:
         scan, result = scans[target.name], results[target.name]
         if scan.failure is not None:
@@ -976,12 +949,19 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
         verdict = judge_host_key(known_keys_for(known_text, target.pattern), scan.keytype, scan.blob)
         label = key_label(scan.keytype)
         result.host_key = f"{label} {verdict.presented}"
+        if verdict.status == "changed" and verdict.presented in opts.replace_host_keys:
+            replaced.append((target.pattern, known_hosts_line(target.pattern, scan.keytype, scan.blob)))
+            result.host_key_status = "replaced"
+            go.append((target, scan))
+            continue
         if verdict.status == "changed":
             finish(_failed(result, HostFailure(
                 f"host key changed: {opts.known_hosts} has {', '.join(verdict.recorded)} for "
                 f"{target.pattern}, the host now presents {verdict.presented} ({label})",
-                f"if {target.name} was reinstalled on purpose: "
-                f"{remove_key_command(target.pattern, opts.known_hosts)} and re-run; otherwise find out why")))
+                f"if {target.name} was reinstalled on purpose, check that its console shows {verdict.presented} "
+                f"(ssh-keygen -lf /etc/ssh/ssh_host_{label.lower()}_key.pub) and accept it: provision bootstrap "
+                f"-i INVENTORY --limit {target.name} --replace-host-key {verdict.presented} (or "
+                f"{remove_key_command(target.pattern, opts.known_hosts)}); otherwise find out why")))
             continue
         if verdict.status == "revoked":
             finish(_failed(result, HostFailure(
@@ -1009,11 +989,13 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
         else:
             result.host_key_status = "known"
         go.append((target, scan))
-    if new_lines:
+    if new_lines or replaced:
         # re-read: another run may have added lines meanwhile; only what is missing is appended
-        merged = append_lines(read_text(opts.known_hosts), new_lines)
-        if merged is not None:
-            write_atomic(opts.known_hosts, merged)
+        text = read_text(opts.known_hosts)
+        for pattern, line in replaced:
+            text = replace_host_key(text, pattern, line)
+        merged = append_lines(text, new_lines)
+        write_atomic(opts.known_hosts, merged if merged is not None else text)
 
     # phase 3: log in and install the key, in parallel
     on_phase("authorized_keys", len(go))

@@ -81,7 +81,7 @@ def workers_left(lab) -> list[str]:
 
 
 def result_file(lab) -> dict:
-    return json.loads(node_exec(lab.name, 1, "cat /tmp/provision-allreduce/result.json").stdout)
+    return json.loads(node_exec(lab.name, 1, "cat /root/.cache/provision/allreduce/result.json").stdout)
 
 
 def test_gloo_static_all_reduce_is_correct_timed_and_clean(lab):
@@ -145,7 +145,7 @@ def test_unreachable_master_is_named_within_60s_and_nothing_is_left(lab):
     assert f"node2: cannot reach the master {side}:29500: no route" in res.output, res
     assert [f["check"] for f in result_file(lab)["failures"]] == ["peer_unreachable"]
     for node in (1, 2):
-        status = json.loads(node_exec(lab.name, node, "cat /tmp/provision-allreduce/run/status.json").stdout)
+        status = json.loads(node_exec(lab.name, node, "cat /root/.cache/provision/allreduce/run/status.json").stdout)
         assert status["elapsed"] <= 60, (node, status)       # time to diagnosis on the node
     assert workers_left(lab) == []
 
@@ -158,4 +158,4 @@ def test_outer_timeout_kills_every_worker(lab):
     assert "no result within the outer timeout of 20" in res.output or "cannot reach the master" in res.output, res
     assert res.wall < 200, res.wall
     assert workers_left(lab) == []
-    assert node_exec(lab.name, 1, "cat /tmp/provision-allreduce/run/status.json").stdout.count('"timeout"') >= 1
+    assert node_exec(lab.name, 1, "cat /root/.cache/provision/allreduce/run/status.json").stdout.count('"timeout"') >= 1

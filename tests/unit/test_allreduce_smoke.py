@@ -68,7 +68,17 @@ def test_bandwidth_reproduces_the_h100_gloo_line():
 def test_expected_value_is_exact_sum_of_rank_values():
     for world in (1, 2, 3, 8):
         for step in range(3):
-            assert worker.expected_value(step, world) == sum((r + 1) * (step + 1) for r in range(world))
+            assert worker.expected_value(step, world) == sum(worker.rank_value(step, r) for r in range(world))
+
+
+def test_the_workers_check_on_tensors_is_the_sum_of_what_the_ranks_put_in():
+    """The very expressions the rank process runs, on the tensors it builds (torch on the CPU)."""
+    torch = pytest.importorskip("torch")
+    world = 5
+    pattern = torch.arange(1000, dtype=torch.int64) % 3
+    total = sum(worker.rank_value(pattern, r).to(torch.float32) for r in range(world))
+    assert torch.equal(total, worker.expected_value(pattern, world).to(torch.float32))
+    assert not torch.equal(total, worker.expected_value(pattern, world - 1).to(torch.float32))
 
 
 # --------------------------------------------------------------------------- NCCL log parser
@@ -386,6 +396,8 @@ def test_ranks_follow_the_inventory_order_after_the_master(tmp_path):
     (tmp_path / "play.yml").write_text(
         "- hosts: cluster\n  gather_facts: false\n  vars_files: [" + str(REPO / "roles/allreduce_smoke/vars/main.yml") + "]\n"
         "  vars: {cluster_master: node3}\n  tasks:\n"
+        "    - ansible.builtin.include_role: {name: provision.cluster.preflight, tasks_from: plan}\n"
+        "      vars: {__preflight_plan_stages: []}\n"
         "    - ansible.builtin.assert:\n        that: __allreduce_smoke_order == ['node3', 'node1', 'node2', 'node4', 'node5', 'node6', 'node7', 'node8']\n"
         "        fail_msg: '{{ __allreduce_smoke_order }}'\n      run_once: true\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}

@@ -76,7 +76,8 @@ def test_missing_or_broken_inventory_is_a_usage_error(tmp_path):
     broken.write_text("all:\n  hosts:\n    a: [\n")
     proc, _ = run_bootstrap(tmp_path, "-i", str(broken))
     assert proc.returncode == 2, proc
-    assert f"cannot read inventory {broken}: [WARNING]: Failed to parse inventory" in proc.stderr
+    # the parser's own complaint, on one line, and the command that shows all of it
+    assert f"inventory {broken}: " in proc.stderr and f"(all of it: ansible-inventory -i {broken} --list)" in proc.stderr
 
 
 def test_unreachable_hosts_one_line_each(tmp_path):

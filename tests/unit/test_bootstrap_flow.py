@@ -112,11 +112,12 @@ def sshd(tmp_path):
     server.close()
 
 
-def run(sshd, tmp_path, *, password=PASSWORD, accept=False, confirm=None, known_hosts=None):
+def run(sshd, tmp_path, *, password=PASSWORD, accept=False, confirm=None, known_hosts=None, replace=()):
     target = bs.Target(name="h1", address="127.0.0.1", port=sshd.port, user="root")
     keys = {None: bs.ensure_controller_key(tmp_path / "controller_ed25519", log=lambda _m: None)}
     opts = bs.Options(known_hosts=known_hosts or tmp_path / "inv" / bs.KNOWN_HOSTS_REL, password=password,
-                      accept_host_keys=accept, confirm=confirm, forks=4, timeout=5)
+                      accept_host_keys=accept, confirm=confirm, forks=4, timeout=5,
+                      replace_host_keys=frozenset(replace))
     seen: list[bs.HostResult] = []
     results = bs.bootstrap([target], keys, opts, on_result=seen.append)
     assert [r.host for r in seen] == ["h1"]
@@ -166,7 +167,28 @@ def test_first_contact_then_rerun_then_rebuilt_host(sshd, tmp_path):
     assert result.cause == (f"host key changed: {kh} has {fp} (ED25519) for [127.0.0.1]:{sshd.port}, "
                             f"the host now presents {new_fp} (ED25519)")
     assert f"ssh-keygen -R '[127.0.0.1]:{sshd.port}' -f {kh}" in result.fix
+    assert f"--limit h1 --replace-host-key {new_fp}" in result.fix
     assert kh.read_text() == before
+
+    # another fingerprint than the one it presents is not a licence: still refused, file unchanged
+    result, _key, kh = run(sshd, tmp_path, replace=[fp])
+    assert not result.ok and kh.read_text() == before
+
+    # the fingerprint a person confirmed at the console: the new key replaces the old one, and the
+    # host is bootstrapped again (reinstalled: password login, no key of ours)
+    result, key, kh = run(sshd, tmp_path, replace=[new_fp])
+    assert result.ok and result.host_key_status == "replaced" and result.changed, result
+    assert kh.read_text() == f"[127.0.0.1]:{sshd.port} ssh-ed25519 {sshd.host_key.get_base64()}\n"
+    again, _key, _kh = run(sshd, tmp_path, password=None)
+    assert again.ok and again.host_key_status == "known" and not again.changed
+
+
+def test_replace_host_key_keeps_other_hosts_and_shared_lines():
+    text = ("# mine\n[10.0.0.1]:2222 ssh-ed25519 AAAAold\n[10.0.0.2]:2222 ssh-ed25519 AAAAkeep\n"
+            "[10.0.0.1]:2222,node1 ssh-rsa AAAArsa\n")
+    out = bs.replace_host_key(text, "[10.0.0.1]:2222", "[10.0.0.1]:2222 ssh-ed25519 AAAAnew")
+    assert out == ("# mine\n[10.0.0.2]:2222 ssh-ed25519 AAAAkeep\nnode1 ssh-rsa AAAArsa\n"
+                   "[10.0.0.1]:2222 ssh-ed25519 AAAAnew\n")
 
 
 def test_existing_lines_kept_and_modes_fixed(sshd, tmp_path):

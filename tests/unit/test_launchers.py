@@ -14,7 +14,7 @@ import yaml
 
 import helpers  # noqa: F401  (puts collections/ on sys.path)
 from ansible_collections.provision.cluster.plugins.filter import launchers as L
-from ansible_collections.provision.cluster.plugins.module_utils import launchers as U
+from ansible_collections.provision.cluster.plugins.module_utils import launch as U
 
 
 def nodes(*slots, names=None, ips=None):

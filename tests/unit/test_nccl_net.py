@@ -265,10 +265,6 @@ def test_module_on_a_constructed_tree(tmp_path):
 def test_filters():
     from ansible_collections.provision.cluster.plugins.filter.netenv import FilterModule
     f = FilterModule().filters()
-    hostvars = {"n1": {"cluster_address": "10.0.0.1", "ansible_host": "c1"}, "n2": {"ansible_host": "c2"}, "n3": {}}
-    assert f["cluster_peers"](["n1", "n2", "n3"], hostvars) == [
-        {"name": "n1", "address": "10.0.0.1", "rank": 0}, {"name": "n2", "address": "c2", "rank": 1},
-        {"name": "n3", "address": "n3", "rank": 2}]
     from ansible.errors import AnsibleFilterError
     with pytest.raises(AnsibleFilterError, match="1 results for 2 hosts"):
         f["nccl_net_agree"]([{}], ["a", "b"])

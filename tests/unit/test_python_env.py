@@ -282,7 +282,7 @@ def test_python_versions_module_reuses_its_answer_until_the_environment_changes(
     second = _module("python_versions", args)
     assert second["cached"] is False and cache.exists() and second["changed"] is False
     third = _module("python_versions", args)
-    assert third["cached"] is True and third["check"]["status"] == "pass"
+    assert third["cached"] is True and third["checks"][0]["status"] == "pass"
     assert third["ansible_facts"] == second["ansible_facts"]
     data = json.loads(cache.read_text())
     cache.write_text(json.dumps(dict(data, key="stale")))                  # environment changed

@@ -84,3 +84,17 @@ def test_ssh_mesh_module_makes_the_controller_key_once(tmp_path):
     digest = key.read_bytes()
     status, again = _adhoc("ssh_mesh", args)
     assert "SUCCESS" in status and again["public_key"] == res["public_key"] and key.read_bytes() == digest
+
+
+def test_sshd_keeps_port_22_beside_the_cluster_port_on_a_systemd_host():
+    from ansible_collections.provision.cluster.plugins.module_utils import sshd as S
+
+    from helpers import REPO
+    debian = (REPO / "tests/fixtures/ssh/debian12-sshd_config.txt").read_text()
+    assert S.include_patterns(debian) == ["/etc/ssh/sshd_config.d/*.conf"]
+    assert S.configured_ports([debian]) == []                      # "#Port 22": sshd's default
+    assert S.configured_ports(["Port 2200\nMatch User x\n  Port 1\n"]) == [2200]
+    drop = "#\n# Ansible managed\n#\nPort 2222\nPubkeyAuthentication yes\n"
+    assert S.with_port_lines(drop, [22]) == "#\n# Ansible managed\n#\nPort 2222\nPort 22\nPubkeyAuthentication yes\n"
+    assert S.with_port_lines(drop, [2222]) == drop
+    assert S.with_port_lines("# x\nUseDNS no\n", [22]) == "# x\nPort 22\nUseDNS no\n"

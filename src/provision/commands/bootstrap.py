@@ -137,6 +137,10 @@ def _ssh_vars(targets: list[core.Target], known_hosts: Path, inv_dir: Path | Non
               help="Read the SSH password from the first line of FILE (mode 0600).")
 @click.option("--accept-host-keys", is_flag=True,
               help="Accept (and record) unknown host keys without asking. Changed keys are still refused.")
+@click.option("--replace-host-key", "replace_host_keys", multiple=True, metavar="SHA256:...",
+              help="A reinstalled host's new key fingerprint, as its console shows it (ssh-keygen -lf "
+                   "/etc/ssh/ssh_host_ed25519_key.pub): a changed key with this fingerprint replaces the recorded "
+                   "one. Repeatable; any other changed key is still refused.")
 @click.option("--key", "key_file", type=click.Path(dir_okay=False), default=None,
               help="Controller private key whose .pub to install [default: ~/.ssh/id_ed25519, made if missing].")
 @click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
@@ -147,8 +151,8 @@ def _ssh_vars(targets: list[core.Target], known_hosts: Path, inv_dir: Path | Non
               help="Seconds allowed for the TCP connect, the SSH banner, authentication and each remote command.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the results as JSON.")
 def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool, password_file: str | None,
-            accept_host_keys: bool, key_file: str | None, known_hosts: str | None, forks: int,
-            timeout: float, json_mode: bool) -> None:
+            accept_host_keys: bool, replace_host_keys: tuple[str, ...], key_file: str | None,
+            known_hosts: str | None, forks: int, timeout: float, json_mode: bool) -> None:
     """First contact: record host keys, install this machine's SSH key, check python3.
 
     \b
@@ -192,7 +196,11 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
     for host, why in skipped:
         view.line(f"skip   {host}: {why}", "dim")
     tty = sys.stdin.isatty() and term.err.is_terminal
+    bad = [f for f in replace_host_keys if not f.startswith("SHA256:")]
+    if bad:
+        raise click.UsageError(f"--replace-host-key wants a SHA256:... fingerprint, got {bad[0]!r}")
     opts = core.Options(known_hosts=kh_path, password=password, accept_host_keys=accept_host_keys,
+                        replace_host_keys=frozenset(replace_host_keys),
                         confirm=_confirm_factory(view) if tty and not json_mode else None,
                         forks=forks, timeout=timeout)
 

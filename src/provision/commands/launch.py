@@ -15,17 +15,14 @@ Exit status: 0 the job succeeded everywhere, 1 it failed (or timed out), 2 usage
 from __future__ import annotations
 
 import json
-import os
-import re
 import secrets
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
 import click
 
-from provision.paths import ansible_env, content_root
+from provision import ansible
 from provision.terminal import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 # launcher -> (script rendered by the launchers role, where it runs)
@@ -44,44 +41,12 @@ class LaunchFailure(Exception):
     """Ansible could not do a step (message: one line)."""
 
 
-def _tool(name: str) -> str:
-    here = os.path.join(os.path.dirname(sys.executable), name)
-    return here if os.path.exists(here) else name
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("Traceback", "  "))]
-    errors = [ln for ln in lines if "ERROR" in ln or "rror" in ln]
-    line = (errors or lines or ["(no output)"])[-1]
-    return re.sub(r"^\[(WARNING|ERROR)\]:\s*", "", line)
-
-
-_PLUGIN_ERROR = re.compile(r"Failed to parse inventory with '[^']*' plugin: (.+)")
-
-
-def _inventory_error(stderr: str) -> str:
-    """The inventory plugin's own message (ansible-inventory -v prints it in a warning)."""
-    found = [m.group(1).strip() for m in _PLUGIN_ERROR.finditer(stderr)
-             if "not YAML inventory" not in m.group(1) and "Invalid host pattern" not in m.group(1)]
-    return found[0] if found else _last_line(stderr)
-
-
-def read_inventory(inventory: str | None, group: str, env: dict[str, str]) -> list[str]:
+def read_inventory(inventory: str | None, group: str) -> list[str]:
     """Hosts of GROUP in order; LaunchFailure with one line when the inventory is unusable."""
-    argv = [_tool("ansible-inventory"), "--list", "-v"] + (["-i", inventory] if inventory else [])
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False,
-                              cwd=str(content_root()))
-    except subprocess.TimeoutExpired:
-        raise LaunchFailure("inventory: ansible-inventory took more than 120 s") from None
-    if proc.returncode != 0 or "Unable to parse" in proc.stderr or "No inventory was parsed" in proc.stderr:
-        raise LaunchFailure("inventory %s: %s" % (inventory or "(ansible.cfg)", _inventory_error(proc.stderr)))
-    try:
-        out = proc.stdout
-        data = json.loads(out[out.find("{"):] if "{" in out else "{}")  # -v adds a "Using ... config" line
-    except ValueError:
-        raise LaunchFailure("inventory %s: ansible-inventory printed no JSON" % inventory) from None
-    hosts = data.get(group, {}).get("hosts", [])
+        hosts = ansible.group_hosts(ansible.read_inventory(inventory), group)
+    except ansible.AnsibleError as exc:
+        raise LaunchFailure(str(exc)) from None
     if not hosts:
         raise LaunchFailure("inventory %s: group %r has no host (set cluster_group or fix the inventory)"
                             % (inventory or "(ansible.cfg)", group))
@@ -101,17 +66,17 @@ class Play:
     def run(self, action: str, timeout: float, **variables) -> dict[str, dict]:
         evars = {"launch_action": action, "launch_run_id": self.run_id, "cluster_group": self.group,
                  **self.extra, **variables}
-        argv = [_tool("ansible-playbook"), str(content_root() / "playbooks" / "launch.yml"),
-                "-e", json.dumps(evars)] + (["-i", self.inventory] if self.inventory else [])
+        argv = ansible.playbook_argv("playbooks/launch.yml", self.inventory, extra_vars=[json.dumps(evars)])
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout,
-                                  check=False, cwd=str(content_root()))
-        except subprocess.TimeoutExpired:
-            raise LaunchFailure("%s: ansible-playbook did not finish in %d s" % (action, timeout)) from None
+            run = ansible.run_playbook(argv, self.env, timeout=timeout)
+        except ansible.AnsibleError as exc:
+            raise LaunchFailure("%s: %s" % (action, exc)) from None
+        if run.timed_out:
+            raise LaunchFailure("%s: ansible-playbook did not finish in %d s" % (action, timeout))
         try:
-            data = json.loads(proc.stdout)
+            data = json.loads(run.stdout)
         except ValueError:
-            raise LaunchFailure("%s: %s" % (action, _last_line(proc.stderr + proc.stdout))) from None
+            raise LaunchFailure("%s: %s" % (action, ansible.error_line(run.stderr + run.stdout))) from None
         results: dict[str, dict] = {}
         for play in data.get("plays", []):
             for task in play.get("tasks", []):
@@ -130,13 +95,19 @@ def _problem(res: dict) -> str | None:
 
 
 class Printer:
-    """Prints whole lines with a `[node]` prefix; keeps partial lines until they end."""
+    """Prints whole lines with a `[node]` prefix; keeps partial lines until they end, and the last
+    TAIL characters of each node's output for `provision diagnose` when the job fails."""
+
+    TAIL = 4 << 20
 
     def __init__(self, hosts: list[str]):
         self.width = max(len(h) for h in hosts)
         self.partial: dict[str, str] = {}
+        self.tail: dict[str, str] = {}
 
     def feed(self, host: str, text: str, final: bool = False) -> None:
+        if text:
+            self.tail[host] = (self.tail.get(host, "") + text)[-self.TAIL:]
         buf = self.partial.get(host, "") + text
         lines = buf.split("\n")
         self.partial[host] = "" if final else lines.pop()
@@ -178,16 +149,20 @@ def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, p
             _usage("-e wants KEY=VALUE, got %r" % item)
         extra[key] = value
     script, where = LAUNCHERS[launcher]
-    env = ansible_env({"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
-                       "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-                       "ANSIBLE_NOCOLOR": "1"})
+    env = ansible.environment({"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+                               "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+                               "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_NOCOLOR": "1"})
     try:
-        hosts = read_inventory(inventory, group, env)
+        hosts = read_inventory(inventory, group)
     except LaunchFailure as exc:
         _usage(str(exc))
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     play = Play(inventory, group, run_id, env, extra={"launch_on": where, **extra})
-    sys.exit(_drive(play, hosts, script, list(program), chdir, timeout, poll_wait))
+    printer = Printer(hosts)
+    code = _drive(play, hosts, script, list(program), chdir, timeout, poll_wait, printer)
+    if code == EXIT_FAILED:
+        _diagnose_output(printer.tail)
+    sys.exit(code)
 
 
 def _usage(message: str) -> None:
@@ -196,10 +171,10 @@ def _usage(message: str) -> None:
 
 
 def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir: str | None,
-           timeout: float, poll_wait: float) -> int:
+           timeout: float, poll_wait: float, printer: Printer | None = None) -> int:
     deadline = time.monotonic() + timeout
     step = 120.0 + poll_wait  # bound of one Ansible round trip
-    printer = Printer(hosts)
+    printer = printer or Printer(hosts)
     started: list[str] = []
     try:
         args = {"launch_script": script, "launch_args": program}
@@ -269,6 +244,25 @@ def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir:
         click.echo("provision launch: interrupted; stopping %s" % ", ".join(started), err=True)
         _stop(play, started, step)
         return EXIT_FAILED
+
+
+def _diagnose_output(outputs: dict[str, str]) -> None:
+    """After a failed job: what `provision diagnose` names in each node's output (never changes the exit status)."""
+    if not any(outputs.values()):
+        return
+    try:
+        from provision import diagnose
+
+        doc = diagnose.diagnose(list(outputs.items()), nodes={h: h for h in outputs})
+    except Exception as exc:  # a diagnosis that fails must not hide the job's own failure
+        click.echo("provision launch: diagnose: %s" % exc, err=True)
+        return
+    for c in doc["causes"]:
+        click.echo("provision launch: diagnose: %s: %s: %s | fix: %s"
+                   % (c.get("node") or "?", c["check"], c["detail"], c["fix"]), err=True)
+    if not doc["causes"]:
+        click.echo("provision launch: diagnose: no known cause in the job's output "
+                   "(`provision diagnose` on the full logs may say more)", err=True)
 
 
 def _stop(play: Play, hosts: list[str], step: float) -> None:

@@ -7,13 +7,11 @@ For users who installed the package and never cloned the repository; from a chec
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-from pathlib import Path
 
 import click
 
-from provision.paths import ansible_env, content_root
+from provision import ansible
 from provision.terminal import EXIT_USAGE, Terminal
 
 STAGES = ["preflight", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
@@ -21,10 +19,7 @@ STAGES = ["preflight", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "s
 
 
 def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...]) -> list[str]:
-    root = content_root()
-    playbook = root / "site.yml" if stage is None else root / "playbooks" / f"{stage}.yml"
-    exe = shutil.which("ansible-playbook") or str(Path(sys.executable).parent / "ansible-playbook")
-    return [exe, str(playbook), "-i", inventory, *extra]
+    return ansible.playbook_argv("site.yml" if stage is None else f"playbooks/{stage}.yml", inventory, args=extra)
 
 
 @click.command("site", context_settings={"ignore_unknown_options": True})
@@ -42,4 +37,4 @@ def command(inventory: str, stage: str | None, ansible_args: tuple[str, ...]) ->
                    "(see `provision lab up` for a local one)")
         sys.exit(EXIT_USAGE)
     argv = playbook_argv(inventory, stage, ansible_args)
-    os.execve(argv[0], argv, ansible_env())
+    os.execve(argv[0], argv, ansible.environment())

@@ -133,11 +133,11 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 @click.option("-i", "--inventory", envvar="PROVISION_INVENTORY", metavar="PATH",
               help="Ansible inventory (file, directory or host list), e.g. inventory/lab/.")
 @click.option("--check", "checks", multiple=True, metavar="NAME",
-              help=f"Run only this check (repeatable): {', '.join(core.CHECKS)}.")
+              help="Run only this check (repeatable); --list-checks names them.")
 @click.option("-l", "--limit", metavar="PATTERN", help="Only these hosts, as ansible-playbook --limit.")
 @click.option("--smoke", is_flag=True, help="Also run the all-reduce smoke test across the nodes.")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
-              help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_min_version=11.")
+              help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_toolchain_min_version=11.")
 @click.option("--timeout", default=300, show_default=True, type=float, help="Give up after this many seconds.")
 @click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (README: provision verify --json).")
 @click.option("--list-checks", is_flag=True, help="List the check names and exit.")
@@ -152,7 +152,7 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
     """
     term = Terminal(json_mode=json_mode)
     if list_checks:
-        for name, desc in core.CHECKS.items():
+        for name, desc in core.checks().items():
             term.info(f"{name:10} {desc}")
         return
     try:

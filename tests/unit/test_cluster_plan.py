@@ -1,11 +1,12 @@
-"""Preflight decisions: the inventory problems a user can make, each one line with host and fix."""
+"""The cluster plan and its validation: the inventory problems a user can make, each one line with host and fix."""
 
 from __future__ import annotations
 
 import helpers  # noqa: F401  (puts collections/ on sys.path)
 import pytest
-from ansible_collections.provision.cluster.plugins.filter.preflight import preflight_plan
-from ansible_collections.provision.cluster.plugins.module_utils.preflight import (
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import (
+    node_address,
+    plan_from_hostvars,
     python_problem,
     validate_inventory,
 )
@@ -95,11 +96,14 @@ def test_filter_reads_hostvars_with_defaults_and_tags():
         "a": {"ansible_host": "10.1.0.1"},
         "b": {"cluster_address": "10.2.0.2", "ansible_host": "mgmt-b", "sshd_port": 2222},
     }
-    out = preflight_plan(hv, ["a", "b"], stages=["preflight", "allreduce_smoke"], run_tags=["all"])
+    out = plan_from_hostvars(hv, ["a", "b"], stages=["preflight", "allreduce_smoke"], run_tags=["all"])
     assert out["problems"] == []
     assert out["plan"]["ranks"] == {"a": 0, "b": 1}
     assert out["plan"]["nodes"][1]["address"] == "10.2.0.2"
-    single = preflight_plan({"a": {}}, ["a"], stages=["preflight", "allreduce_smoke"],
+    assert out["plan"]["address_of"] == {"a": "10.1.0.1", "b": "10.2.0.2"}
+    assert out["plan"]["hosts"] == ["a", "b"]
+    assert (out["plan"]["user"], out["plan"]["group"], out["plan"]["ssh_port"]) == ("root", "cluster", 2222)
+    single = plan_from_hostvars({"a": {}}, ["a"], stages=["preflight", "allreduce_smoke"],
                             skip_tags=["allreduce_smoke"])
     assert single["problems"] == []
 
@@ -127,3 +131,9 @@ def test_same_problem_on_every_node_is_one_line():
     h[0]["ssh_port"] = h[2]["ssh_port"] = 0
     problems, _ = validate_inventory(h)
     assert problems[0].startswith("node1, node3: sshd_port 0 is out of range")
+
+
+def test_node_address_rule():
+    assert node_address({"cluster_address": "10.0.0.9", "ansible_host": "mgmt"}, "n") == "10.0.0.9"
+    assert node_address({"ansible_host": "mgmt"}, "n") == "mgmt"
+    assert node_address({}, "n") == "n"

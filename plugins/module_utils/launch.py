@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: provision developers
 # Apache License 2.0
-"""Plain-Python logic of the launchers modules (no Ansible imports).
+"""Plain-Python logic of the launch_dir and launch_job modules (no Ansible imports).
 
 - plan_files(): which launch files must be (re)written, given what is on disk.
 - Job control for `provision launch`: start a command detached in its own session with its

@@ -1,10 +1,19 @@
 # -*- coding: utf-8 -*-
 # Copyright: provision developers
 # Apache License 2.0
-"""Inventory validation for the preflight stage: pure functions, no Ansible imports.
+"""The cluster plan: which nodes, where each is reached, the master, the ports, the user.
 
-Each problem is one line: the host, what is wrong, and the fix, e.g.
+One function computes it from the inventory (``plan_from_hostvars``), with the defaults of the
+settings every stage shares (``DEFAULTS``: nowhere else). The preflight stage publishes it as the
+fact ``cluster_plan``; every stage, the verify pass, the launchers and the CLI read that one dict:
+
+    {"nodes": [{"name", "address", "rank"}], "hosts": [names], "address_of": {name: address},
+     "ranks": {name: rank}, "master", "master_addr", "master_port", "ssh_port", "user", "group"}
+
+Validation comes with it: each problem is one line naming the host, what is wrong and the fix, e.g.
     node2: address 10.0.0.5 is also used by node1; fix: give each host its own cluster_address/ansible_host
+
+Plain Python, no Ansible import.
 """
 
 from __future__ import annotations
@@ -13,6 +22,19 @@ import ipaddress
 
 DEFAULT_SSH_PORT = 2222
 DEFAULT_MASTER_PORT = 29500
+# The inventory variables every stage shares, and their defaults (README: Inventories).
+DEFAULTS = {
+    "cluster_group": "cluster",
+    "cluster_user": "root",
+    "sshd_port": DEFAULT_SSH_PORT,
+    "cluster_master_port": DEFAULT_MASTER_PORT,
+    "cluster_master": "",
+}
+
+
+def node_address(hostvars, name):
+    """Where the other nodes reach a node: cluster_address, else ansible_host, else its name."""
+    return str(hostvars.get("cluster_address") or hostvars.get("ansible_host") or name)
 
 # Stages that need more than one node to mean anything. A stage listed in `stages` that needs
 # more nodes than the inventory has fails preflight before anything changes.
@@ -132,12 +154,47 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
     by_name = {n["name"]: n for n in nodes}
     plan = {
         "nodes": [{"name": n["name"], "address": n["address"], "rank": n["rank"]} for n in nodes],
+        "hosts": names,
+        "address_of": {n["name"]: n["address"] for n in nodes},
+        "ranks": {n["name"]: n["rank"] for n in nodes},
         "master": master,
         "master_addr": by_name[master]["address"],
         "master_port": by_name[master]["master_port"] or DEFAULT_MASTER_PORT,
         "ssh_port": by_name[master]["ssh_port"] or DEFAULT_SSH_PORT,
     }
     return problems, plan
+
+
+def running_stages(stages, run_tags, skip_tags):
+    """The stages a run with these --tags/--skip-tags executes."""
+    run = set(run_tags or ["all"])
+    skip = set(skip_tags or [])
+    return [s for s in stages or [] if s not in skip and ("all" in run or s in run)]
+
+
+def plan_from_hostvars(hostvars, hosts, master="", master_port=None, user=None, group=None, stages=None,
+                       run_tags=None, skip_tags=None, stage_min_nodes=None):
+    """-> {"problems": [...], "plan": {...}} for the hosts of the cluster group (inventory order).
+
+    hostvars: name -> that host's variables (a mapping: Ansible's hostvars, or plain dicts in tests).
+    """
+    rows = []
+    for name in hosts or []:
+        hv = hostvars[name]
+        rows.append({
+            "name": name,
+            "address": node_address(hv, name),
+            "ssh_port": hv.get("sshd_port", DEFAULTS["sshd_port"]),
+            "master_port": hv.get("cluster_master_port", master_port or DEFAULTS["cluster_master_port"]),
+        })
+    problems, plan = validate_inventory(
+        rows, master=master or None,
+        stages=running_stages(stages, run_tags, skip_tags) if stages is not None else None,
+        stage_min_nodes=stage_min_nodes)
+    if plan:
+        plan["user"] = str(user or DEFAULTS["cluster_user"])
+        plan["group"] = str(group or DEFAULTS["cluster_group"])
+    return {"problems": problems, "plan": plan}
 
 
 def merge_same_problem(problems, node_count):

@@ -1,0 +1,106 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""provision.cluster.verify_report: every node's checks -> the verify document (run once, on the controller)."""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document, fail_lines
+from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan
+
+
+def _bool(value):
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+
+
+def _reach(node_result, reach_result):
+    """(reachable, why not) from the ping task (skipped inside site.yml) and the checks task."""
+    for res in (reach_result, node_result):
+        if isinstance(res, dict) and (res.get("unreachable") or (res is reach_result and res.get("failed"))):
+            return False, C.one_line(res.get("msg")) or "unreachable"
+    if not isinstance(node_result, dict) or not node_result:
+        return False, "no result from this node"
+    return True, ""
+
+
+def _inventory_problem(line, order):
+    """'node2: address ... is also used by node1; fix: ...' -> (node2, failed check `inventory`)."""
+    head, _, rest = line.partition(": ")
+    node = head if head in order else (order[0] if order else head)
+    detail, _, fix = (rest if head in order else line).partition("; fix: ")
+    return node, C.failed("inventory", detail, fix, node=node)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("select", "smoke", "reuse", "stats"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        try:
+            selected = K.select(args.get("select"), _bool(args.get("smoke", False)))
+        except K.UnknownCheck as exc:
+            return dict(result, failed=True, msg=str(exc))
+        var = Variables(task_vars, self._templar, self._loader)
+        order = list(task_vars.get("ansible_play_hosts_all") or [])
+        plan = cluster_plan(var, order)
+        addresses = plan.get("address_of") or {}
+        reuse = _bool(args.get("reuse", False))
+
+        nodes, rows, versions, gpus, data_of, reused_of = {}, {}, {}, {}, {}, {}
+        for h in order:
+            node = var.hostvar(h, "verify_node_result") or {}
+            peers = var.hostvar(h, "verify_peers_result") or {}
+            reachable, why = _reach(node, var.hostvar(h, "verify_reach"))
+            data = data_of[h] = node.get("data") or {}
+            reused_of[h] = node.get("reused") or []
+            records = list(node.get("checks") or []) + list(peers.get("checks") or [])
+            if reachable and node.get("failed") and not records:
+                records = [C.failed("verify", node.get("msg") or "the checks failed", "see `provision verify -v`", node=h)]
+            nodes[h] = {"address": addresses.get(h, h), "reachable": reachable, "reach_detail": why, "checks": records,
+                        "connection": {"connection": var.hostvar(h, "ansible_connection") or "ssh",
+                                       "host": var.hostvar(h, "ansible_host") or h,
+                                       "port": var.hostvar(h, "ansible_port"), "user": var.hostvar(h, "ansible_user")}}
+            if (data.get("mesh") or {}).get("row"):
+                rows[h] = data["mesh"]["row"]
+            if (data.get("versions") or {}).get("versions"):
+                versions[h] = data["versions"]["versions"]
+            if (data.get("gpu") or {}).get("gpu"):
+                gpus[h] = data["gpu"]["gpu"]
+
+        for line in plan.get("problems") or []:
+            h, c = _inventory_problem(line, order)
+            if h in nodes:
+                nodes[h]["checks"].insert(0, c)
+
+        extra = {}
+        cc = K.ClusterContext(order, data_of, reused_of, var, reuse)
+        for name in K.expand(selected):
+            spec = K.BY_NAME[name]
+            if spec.phase != K.CLUSTER or not spec.cluster:
+                continue
+            records, more = spec.cluster(cc)
+            extra.update(more)
+            for c in records:
+                if c.get("node") in nodes:
+                    nodes[c["node"]]["checks"].append(c)
+
+        allreduce, error = None, None
+        if "smoke" in selected and order:
+            allreduce = var.hostvar(order[0], "allreduce_smoke_result")
+            error = var.hostvar(order[0], "verify_smoke_error")
+            if error and isinstance(allreduce, dict) and allreduce.get("status") != "fail":
+                allreduce = None  # an earlier run's result: this run failed before it had one
+        doc = build_document(order, nodes, selected=selected, mesh_rows=rows, versions=versions, gpus=gpus,
+                             differing_nodes=extra.get("differing_nodes") or [], allreduce=allreduce,
+                             allreduce_error=error)
+        lines = fail_lines(doc)
+        result.update(changed=False, document=doc, fail_lines=lines)
+        if _bool(args.get("stats", True)):
+            result["ansible_stats"] = {"data": {"provision_verify": doc}, "per_host": False, "aggregate": False}
+        return result
+

@@ -1,0 +1,41 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: setting
+short_description: A role's setting as the node has it, outside that role
+description:
+  - For each term (a variable name such as C(launchers_dir) or C(node_runtime_min_nofile)), the node's
+    value of that variable when the inventory or the play sets it, else the default of the role that
+    owns the name (the role whose name prefixes it, C(roles/<role>/defaults/main.yml)), templated for
+    the node. Playbooks that use a role's setting without running the role (C(playbooks/launch.yml),
+    C(provision verify)) read it this way instead of restating the default.
+version_added: "0.1.0"
+author: provision developers
+options:
+  _terms:
+    description: Variable names.
+    required: true
+"""
+
+EXAMPLES = r"""
+launch_dir: "{{ lookup('provision.cluster.setting', 'launchers_dir') }}"
+"""
+
+RETURN = r"""
+_raw:
+  description: One value per term (null when neither the node nor a role defines it).
+  type: list
+"""
+
+from ansible.plugins.lookup import LookupBase
+
+from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        var = Variables(variables or {}, self._templar, self._loader)
+        return [var(str(term)) for term in terms]

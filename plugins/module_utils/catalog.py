@@ -1,0 +1,472 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""The check catalog: every check of ``provision verify``, defined once.
+
+An entry says what a check is called (``name``, the ``--check NAME``), what it covers, which
+read-only module produces its Check records (plugins/module_utils/checks.py) and with which
+arguments, which stage fixes it, and which stage result may stand in for it inside site.yml.
+``provision verify``, ``playbooks/verify.yml`` (the action plugins ``verify_node`` and
+``verify_report``), the CLI's ``--list-checks`` and the JSON document all read this list; adding a
+check is one entry here plus its module and its tests (README: "Adding a check").
+
+Arguments are computed from a ``Context``: the node's name, the cluster plan (``cluster_plan``,
+plugins/module_utils/cluster_plan.py), and ``var(name)``: the node's variable, else the default of
+the role that owns the name (``node_runtime_min_nofile`` -> roles/node_runtime/defaults/main.yml),
+so no default is restated here. Controller-side only (the action plugins and the CLI import it).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils import fabric_health, gpu_health
+from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome, env_python
+
+
+def env_python_of(var):
+    """The python_env role's interpreter for a node, from its settings (var: the node's variables)."""
+    return env_python(var("python_env_backend"), var("python_env_path"), var("python_env_conda_prefix"),
+                      var("python_env_conda_env_name"))
+
+# Phases: "node" checks run on each node at once (verify_node, play 1); "peers" checks run on each
+# node with every node's "node" results at hand (verify_node phase peers, play 2); "cluster" checks
+# are computed once on the controller from every node's results (verify_report); "smoke" is the
+# all-reduce (the allreduce_smoke role, only with --smoke).
+NODE, PEERS, CLUSTER, SMOKE = "node", "peers", "cluster", "smoke"
+
+
+class Context:
+    """What an entry's functions see for one node."""
+
+    def __init__(self, host, plan, hosts, var, results=None):
+        self.host = host          # inventory name of the node
+        self.plan = plan          # cluster_plan
+        self.hosts = hosts        # the play's hosts (verify --limit narrows it), inventory order
+        self.var = var            # var(name) -> the node's variable, else its role's default, else None
+        self.results = results if results is not None else {}   # check name -> module result (this node)
+
+    def user(self):
+        return self.plan.get("user") or "root"
+
+    def nodes(self):
+        """[{name, address}] of the play's hosts, from the plan."""
+        addr = self.plan.get("address_of") or {}
+        return [{"name": h, "address": addr.get(h, h)} for h in self.hosts]
+
+    def rendezvous(self):
+        master = self.plan.get("master") if self.plan.get("master") in self.hosts else self.hosts[0]
+        return {"name": master, "address": (self.plan.get("address_of") or {}).get(master, master),
+                "port": int(self.plan.get("master_port") or 29500)}
+
+    def python(self):
+        """The training environment's interpreter (verify_python, else the python_env role's)."""
+        return self.var("verify_python") or env_python_of(self.var)
+
+
+class ClusterContext:
+    """What a cluster entry sees: every node's kept data, what was reused, the variables."""
+
+    def __init__(self, order, data, reused, var, reuse):
+        self.order = order        # node names, inventory order
+        self.data = data          # node -> entry name -> what its keep() kept
+        self.reused = reused      # node -> [entry names taken from a stage result]
+        self.var = var            # the controller's variables (var.hostvar(host, name) for a node's)
+        self.reuse = reuse        # inside site.yml: stage results may stand in
+
+    def values(self, entry, key):
+        """node -> data[node][entry][key], for the nodes that have it (inventory order)."""
+        out = {}
+        for h in self.order:
+            value = ((self.data.get(h) or {}).get(entry) or {}).get(key)
+            if value is not None:
+                out[h] = value
+        return out
+
+
+class Spec:
+    """One catalog entry."""
+
+    def __init__(self, name, title, summary, module=None, args=None, phase=NODE, group=None, needs=(),
+                 reuse=None, adjust=None, keep=None, when=None, stage=None, cluster=None, default=True):
+        self.name = name            # the entry's id; --check NAME for the public ones
+        self.title = title          # the check id of a result that carries no check of its own
+        self.summary = summary      # --list-checks
+        self.module = module        # FQCN of the read-only module (None: computed by verify_report)
+        self.args = args            # Context -> module arguments
+        self.phase = phase
+        self.group = group or name  # the --check NAME that runs it and under which it is reported
+        self.needs = tuple(needs)   # entries whose results (on this node) it reads: they run first
+        self.reuse = reuse          # Context -> a stage result of this run ({checks, ...}) that stands in, or None
+        self.adjust = adjust        # (node, record, Context) -> the record as people read it
+        self.keep = keep            # module result -> the data later phases need (small)
+        self.when = when            # Context -> run it on this node? (default: always)
+        self.stage = stage          # a failing check's fix also names this stage's command
+        self.cluster = cluster      # phase cluster: ClusterContext -> (records, extra fields of the document)
+        self.default = default      # public: selected when no --check is given
+
+    def records(self, node, result, ctx=None):
+        """The Check records of one module result, named for this node."""
+        if result.get("skipped"):
+            return []
+        if result.get("unreachable"):
+            return [C.failed(self.title, result.get("msg") or "unreachable", "make %s reachable and re-run" % node,
+                             node=node)]
+        found = [c for c in result.get("checks") or [] if isinstance(c, dict)]
+        if not found and result.get("failed"):
+            return [C.failed(self.title, result.get("msg") or result.get("module_stderr") or "the check failed",
+                             "see `provision verify --check %s -v`" % self.group, node=node)]
+        out = []
+        for c in found:
+            c = C.check(c.get("check") or self.title, c.get("status"), c.get("detail"), c.get("fix"), node=node,
+                        data=c.get("data"))
+            if self.adjust:
+                c = self.adjust(node, c, ctx)
+            if c["status"] == C.FAIL and self.stage and "--tags %s" % self.stage not in c["fix"]:
+                c["fix"] = "%s; the %s role does it: ansible-playbook site.yml --tags %s --limit %s" % (
+                    c["fix"] or "fix the cause above", self.stage, self.stage, node)
+            out.append(c)
+        return out
+
+
+def unchanged(result):
+    """A stage's result that describes the final state: it ran, failed nowhere, changed nothing."""
+    return (isinstance(result, dict) and bool(result) and not result.get("skipped") and not result.get("failed")
+            and not result.get("changed") and not result.get("unreachable"))
+
+
+# ---------------------------------------------------------------- the entries' functions
+
+def _reuse_checks(var, extra=None):
+    """Reuse `<role>_result.checks` when the stage changed nothing (and extra(result, ctx) agrees)."""
+    def reuse(ctx):
+        r = ctx.var(var)
+        if unchanged(r) and r.get("checks") and (extra is None or extra(r, ctx)):
+            return r
+        return None
+    return reuse
+
+
+INIT_SYSTEMS = ("systemd", "init", "openrc-init", "runit", "s6-svscan")
+
+
+def _adjust_sshd(node, c, ctx):
+    """sshd listening: named as such, and on a node without an init system (a container) the reason a
+    restart lost it and the two ways to keep it."""
+    if not c["check"].startswith("sshd "):
+        c = dict(c, check="sshd listening (%s)" % c["check"])
+    init = ((ctx.results if ctx else {}).get("sshd") or {}).get("init")
+    if c["status"] == C.FAIL and init and init not in INIT_SYSTEMS:
+        port = int(ctx.plan.get("ssh_port") or 2222)
+        c = dict(c, detail="%s; PID 1 is %s, no init system: nothing starts sshd again after the node restarts"
+                 % (c["detail"], init),
+                 fix="ansible-playbook site.yml --tags sshd --limit %s after every restart, or start sshd from the "
+                     "container's command (e.g. sh -c 'ssh-keygen -A; mkdir -p /run/sshd; exec /usr/sbin/sshd -D -p %d')"
+                     % (node, port))
+    return c
+
+
+def _reuse_final(var):
+    """Reuse `<role>_result.checks` of a check the stage ran after its changes (the final state)."""
+    def reuse(ctx):
+        r = ctx.var(var)
+        return r if isinstance(r, dict) and r.get("checks") and not r.get("failed") else None
+    return reuse
+
+
+def _reuse_pdsh(ctx):
+    r = ctx.var("pdsh_result")
+    if not unchanged(r) or not r.get("found"):
+        return None
+    if r.get("checks"):
+        return r
+    # an unchanged re-run (the SSH fabric unchanged) runs pdsh from the first node only: this node's
+    # unchanged files stand proven by that run
+    fabric_changed = (ctx.var("ssh_mesh_result") or {}).get("fabric_changed", True)
+    first = ctx.var.hostvar(ctx.hosts[0], "pdsh_result") or {}
+    if not fabric_changed and r.get("checked") is False and any(
+            c.get("status") == C.PASS for c in first.get("checks") or []):
+        return {"checks": []}
+    return None
+
+
+def _reuse_nccl(ctx):
+    r = ctx.var("nccl_net_result")
+    return r if unchanged(r) and r.get("checks") and r.get("probed") else None
+
+
+def _reuse_versions(ctx):
+    r = ctx.var("python_env_result")
+    return r if unchanged(r) and r.get("versions") and r.get("checks") else None
+
+
+def _facts(result, name):
+    return ((result or {}).get("ansible_facts") or {}).get(name) or {}
+
+
+def _reuse_gcc(ctx):
+    """The stage's plan reading, when nothing was missing and the GCC met the minimum (nothing installed)."""
+    r = ctx.var("gcc_toolchain_result")
+    if unchanged(r) and r.get("checks") and not (r.get("plan") or {}).get("missing", ["?"]) \
+            and _facts(r, "gcc_toolchain_facts").get("meets_min"):
+        return r
+    return None
+
+
+def _reuse_gpu(ctx):
+    """The stage's reading, when it installed no toolkit."""
+    r = ctx.var("cuda_toolkit_result")
+    if unchanged(r) and r.get("checks") and (r.get("plan") or {}).get("action", "") not in ("install", "refuse"):
+        return r
+    return None
+
+
+def _reuse_env(ctx):
+    """The shell_env stage ran the env check right after writing the block."""
+    r = (ctx.var("shell_env_result") or {}).get("env_check")
+    return r if isinstance(r, dict) and r.get("checks") else None
+
+
+def _reuse_landing(ctx):
+    r = ctx.var("node_runtime_result") or {}
+    if r.get("landing_checks"):
+        return {"checks": r["landing_checks"]}
+    mesh = (ctx.var("ssh_mesh_result") or {}).get("landing")
+    if isinstance(mesh, dict) and (mesh.get("checks") or [{}])[0].get("status") == C.PASS:
+        return mesh
+    return None
+
+
+def _runtime_args(ctx):
+    return {
+        "cluster_user": ctx.user(),
+        "limits_source": ctx.var("node_runtime_limits_source"),
+        "ssh_host": ctx.host,
+        "min_nofile": ctx.var("node_runtime_min_nofile"),
+        "shm_min": ctx.var("node_runtime_shm_min"),
+        "shm_per_gpu": ctx.var("node_runtime_shm_per_gpu"),
+        "gpus": ctx.var("node_runtime_gpus_per_node") or None,
+        "require_memlock_unlimited": str(ctx.var("node_runtime_require_memlock_unlimited")).lower(),
+        "on_container_limit": ctx.var("node_runtime_on_container_limit"),
+        "container": str(ctx.var("node_runtime_container")).lower(),
+        "node_id": ctx.host,
+        "node_id_file": ctx.var("node_runtime_node_id_file"),
+        "cluster_address": (ctx.plan.get("address_of") or {}).get(ctx.host, ctx.host),
+        "manage_limits": False,
+        "manage_shm": False,
+    }
+
+
+def _nccl_args(ifname=None):
+    def args(ctx):
+        out = {"peers": ctx.nodes(), "self_name": ctx.host, "probe_port": int(ctx.plan.get("ssh_port") or 2222),
+               "probe_timeout": 3, "rendezvous": ctx.rendezvous(), "fail_on_error": False}
+        chosen = ifname(ctx) if ifname else ctx.var("nccl_net_socket_ifname")
+        if chosen:
+            out["socket_ifname"] = chosen
+        return out
+    return args
+
+
+def _env_ifname(ctx):
+    """NCCL_SOCKET_IFNAME as non-interactive ssh gets it from the env block (what NCCL really uses)."""
+    return ((ctx.results.get("env") or {}).get("seen") or {}).get("NCCL_SOCKET_IFNAME") or ""
+
+
+def _in_effect_differs(ctx):
+    env_if = _env_ifname(ctx)
+    return bool(env_if) and env_if != (ctx.results.get("nccl") or {}).get("socket_ifname")
+
+
+def _adjust_in_effect(node, c, ctx):
+    """The NCCL check of the interface the env block exports (not the one nccl_net chose): say so."""
+    if c["status"] != C.FAIL:
+        return c
+    ifname = _env_ifname(ctx) or "?"
+    detail = c["detail"].replace("nccl_net_socket_ifname=%s: " % ifname, "")
+    return dict(c, detail="NCCL_SOCKET_IFNAME=%s from ~/.bashrc (what non-interactive ssh gets): %s" % (ifname, detail),
+                fix="the env block exports another interface than nccl_net chose: ansible-playbook site.yml "
+                    "--tags shell_env --limit %s rewrites it; or %s" % (node, c["fix"]))
+
+
+def _keep_mesh(result):
+    return {"row": result.get("row") or [], "reports": result.get("reports") or {},
+            "landing": result.get("landing")}
+
+
+def _keep_runtime(result):
+    return {"identity": _facts(result, "node_runtime").get("identity") or result.get("identity")}
+
+
+def _keep_versions(result):
+    return {"versions": _facts(result, "python_env_versions") or result.get("versions")}
+
+
+def _keep_gpu(result):
+    return {"gpu": _facts(result, "gpu_facts") or result.get("gpu")}
+
+
+def _keep_env(result):
+    return {"seen": result.get("seen") or {}}
+
+
+def _keep_nccl(result):
+    return {"socket_ifname": result.get("socket_ifname")}
+
+
+def _cluster_compare(cc):
+    """versions equal on every node: one "versions equal" check per compared node."""
+    versions = cc.values("versions", "versions")
+    if not versions:
+        return [], {}
+    compare = None
+    if cc.reuse and all("versions" in (cc.reused.get(h) or ()) for h in versions):
+        # the python_env stage compared the very versions of this run
+        compare = (cc.var.hostvar(cc.order[0], "python_env_result") or {}).get("compare")
+    compared = [h for h in cc.order if h in versions]
+    if not compare:
+        compare, _msg = compare_outcome(versions, compared, fail=False)
+    return list(compare_checks(compare, compared).values()), {"differing_nodes": list(compare.get("differing_hosts") or [])}
+
+
+def _cluster_gpu_count(cc):
+    counts = {h: (g or {}).get("gpu_count") or 0 for h, g in cc.values("gpu_health", "gpu_health").items()}
+    expected = int(cc.var("gpu_health_expected_gpus") or 0)
+    return (gpu_health.cluster_gpu_counts(counts, expected) if counts else []), {}
+
+
+def _cluster_fabric(cc):
+    ports = {h: (f or {}).get("ports") or [] for h, f in cc.values("fabric", "fabric_health").items()}
+    if not ports:
+        return [], {}
+    return fabric_health.cluster_link_layers(ports) + fabric_health.cluster_port_rates(ports), {}
+
+
+def _keep_gpu_health(result):
+    facts = result.get("gpu_health") or {}
+    return {"gpu_health": {"gpu_count": facts.get("gpu_count", 0), "driver_version": facts.get("driver_version")}}
+
+
+def _keep_fabric(result):
+    return {"fabric_health": {"ports": (result.get("fabric_health") or {}).get("ports") or []}}
+
+
+CATALOG = [
+    Spec("reach", "node reachable", "node reachable from the controller", phase=NODE),
+    Spec("sshd", "sshd listening", "sshd listening on the cluster port (sshd_port)",
+         module="provision.cluster.port_facts", stage="sshd",
+         args=lambda ctx: {"ports": [int(ctx.plan.get("ssh_port") or 2222)], "expect": "listening",
+                           "allowed_holders": ["sshd"]},
+         reuse=_reuse_checks("sshd_result", lambda r, ctx: r.get("found")),
+         adjust=_adjust_sshd),
+    Spec("ports", "ports free", "rendezvous and cluster ports free or held by the expected process",
+         module="provision.cluster.port_facts",
+         args=lambda ctx: {"ports": [int(ctx.plan.get("master_port") or 29500)], "expect": "free"},
+         reuse=_reuse_checks("preflight_result"),
+         adjust=lambda node, c, ctx: dict(c, check="%s free" % c["check"])),
+    Spec("mesh", "ssh mesh", "SSH mesh N x N including self (BatchMode, real host keys); ~/.ssh modes sshd accepts",
+         module="provision.cluster.ssh_mesh_check",
+         args=lambda ctx: {"source": ctx.host, "user": ctx.user(), "nodes": ctx.hosts, "connect_timeout": 5,
+                           "timeout": 30, "landing": True},
+         reuse=_reuse_final("ssh_mesh_result"), keep=_keep_mesh),
+    Spec("pdsh", "pdsh", "pdsh present and reaching every node", module="provision.cluster.pdsh_config",
+         args=lambda ctx: {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
+                           "connect_timeout": 10, "command_timeout": 30, "node": ctx.host},
+         reuse=_reuse_pdsh),
+    Spec("env", "env block", "the ~/.bashrc env block seen by non-interactive ssh", module="provision.cluster.shell_env_check",
+         args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host, "timeout": 10},
+                               **({"bashrc": ctx.var("shell_env_bashrc")} if ctx.var("shell_env_bashrc") else {})),
+         reuse=_reuse_env, keep=_keep_env),
+    Spec("gcc", "gcc", "GCC >= gcc_toolchain_min_version", module="provision.cluster.gcc_facts",
+         args=lambda ctx: {"min_version": str(ctx.var("gcc_toolchain_min_version")), "node": ctx.host},
+         reuse=_reuse_gcc),
+    Spec("gpu", "gpu", "GPU / driver / CUDA toolkit consistency", module="provision.cluster.gpu_facts",
+         args=lambda ctx: {"cuda_version": ctx.var("cuda_toolkit_version") or ""},
+         reuse=_reuse_gpu, keep=_keep_gpu),
+    Spec("versions", "python_env",
+         "python / torch / CUDA / NCCL versions equal across nodes; DeepSpeed ops built for this torch",
+         module="provision.cluster.python_versions",
+         args=lambda ctx: {"python": ctx.python(), "packages": ctx.var("verify_packages") or [], "require_torch": False,
+                           "timeout": 60,
+                           # python_env's cache (read-only here): its key changes with any install, removal,
+                           # a replaced torch library or another NVIDIA driver; without it, torch is imported
+                           "cache": ctx.python().rsplit("/", 2)[0] + "/.provision-versions.json"},
+         reuse=_reuse_versions, keep=_keep_versions),
+    Spec("nccl", "nccl_net",
+         "NCCL interface exists, is up and reaches every peer; IB HCAs active; node names resolve to their nodes",
+         module="provision.cluster.nccl_net_facts", args=_nccl_args(), reuse=_reuse_nccl, keep=_keep_nccl),
+    # NCCL gets the interface the env block exports (as non-interactive ssh sees it): when that is not
+    # the one the check above used, that interface is checked too
+    Spec("nccl_in_effect", "nccl_net", "the NCCL interface the env block exports reaches every peer",
+         module="provision.cluster.nccl_net_facts", args=_nccl_args(_env_ifname), group="nccl", needs=("env", "nccl"),
+         when=_in_effect_differs, adjust=_adjust_in_effect, default=False),
+    Spec("runtime", "node runtime", "/dev/shm, memlock, nofile, ssh lands on the right node",
+         module="provision.cluster.node_runtime", args=_runtime_args,
+         reuse=_reuse_checks("node_runtime_result"), keep=_keep_runtime),
+    Spec("landing", "landing", "ssh <name> from every node lands in that node", module="provision.cluster.ssh_landing",
+         phase=PEERS, group="runtime", needs=("runtime",), reuse=_reuse_landing, default=False),
+    Spec("compare", "versions equal", "versions equal on every node", phase=CLUSTER, group="versions",
+         needs=("versions",), cluster=_cluster_compare, default=False),
+    Spec("gpu_health", "gpu health",
+         "GPUs healthy: count, ECC, retired pages/remapped rows, PCIe link, NVLink, throttling, Xid, persistence, "
+         "MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
+         module="provision.cluster.gpu_health_info",
+         args=lambda ctx: {"node": ctx.host, "expected_gpus": int(ctx.var("gpu_health_expected_gpus") or 0),
+                           "dcgm_diag": str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on")},
+         keep=_keep_gpu_health),
+    Spec("gpu_count", "gpu_count", "the same GPU count on every node (gpu_health_expected_gpus, else the first GPU node's)",
+         phase=CLUSTER, group="gpu_health", needs=("gpu_health",), cluster=_cluster_gpu_count, default=False),
+    Spec("fabric", "fabric health",
+         "InfiniBand/RoCE ports: state, rate, error counters, MTU; GPUDirect RDMA prerequisites; RDMA devices and "
+         "memlock in containers (skip without RDMA)",
+         module="provision.cluster.fabric_health_info",
+         args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval") or 5),
+                           "required_ports": [h for h in str(ctx.var("nccl_net_ib_hca") or "").split(",") if h]},
+         keep=_keep_fabric),
+    Spec("fabric_consistency", "ib_link_layer", "one RDMA link layer and the same port rates on every node",
+         phase=CLUSTER, group="fabric", needs=("fabric",), cluster=_cluster_fabric, default=False),
+    Spec("smoke", "allreduce", "all-reduce smoke test across all nodes (only with --smoke)", phase=SMOKE, default=False),
+]
+
+BY_NAME = {s.name: s for s in CATALOG}
+# the names users pick (--check, --list-checks), in table order
+PUBLIC = [s.name for s in CATALOG if s.default] + ["smoke"]
+ALWAYS = ("reach",)
+
+
+class UnknownCheck(ValueError):
+    pass
+
+
+def select(names=None, smoke=False):
+    """The public check names to run, in catalog order (None: every one but smoke; "reach" always);
+    UnknownCheck names the unknown ones."""
+    unknown = [n for n in names or () if n not in PUBLIC]
+    if unknown:
+        raise UnknownCheck("unknown check %s; known: %s" % (", ".join(unknown), ", ".join(PUBLIC)))
+    wanted = set(names) if names is not None else {n for n in PUBLIC if n != "smoke"}
+    if smoke:
+        wanted.add("smoke")
+    wanted.update(ALWAYS)
+    return [n for n in PUBLIC if n in wanted]
+
+
+def reported(selected):
+    """The entries whose records the document shows for these public names, in catalog order."""
+    return [s.name for s in CATALOG if s.group in set(selected)]
+
+
+def expand(selected):
+    """The entries to run for these public names: the reported ones and what they need."""
+    names = set(reported(selected))
+    todo = list(names)
+    while todo:
+        for need in BY_NAME[todo.pop()].needs:
+            if need not in names:
+                names.add(need)
+                todo.append(need)
+    return [s.name for s in CATALOG if s.name in names]
+
+
+def describe():
+    """[(name, summary)] of the public checks (provision verify --list-checks)."""
+    return [(n, BY_NAME[n].summary) for n in PUBLIC]

@@ -1,0 +1,117 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""Controller-side helpers of the verify action plugins: variables with their roles' defaults,
+the cluster plan, and running several read-only modules on one host at once."""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.errors import AnsibleConnectionFailure, AnsibleUndefinedVariable
+
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import plan_from_hostvars
+
+_ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+_DEFAULTS = {}
+_DEFAULTS_LOCK = threading.Lock()
+# Building a module's payload parses Python (ast), which is not safe in several threads at once;
+# only the execution on the host runs in parallel.
+BUILD_LOCK = threading.Lock()
+
+
+def role_of(name):
+    """The role whose defaults define a variable: the longest role name that prefixes it."""
+    try:
+        roles = sorted(os.listdir(_ROLES), key=len, reverse=True)
+    except OSError:
+        return None
+    return next((r for r in roles if name.startswith(r + "_")), None)
+
+
+def role_defaults(loader, role):
+    """roles/<role>/defaults/main.yml, loaded once per process (through Ansible's loader: templatable)."""
+    with _DEFAULTS_LOCK:
+        if role not in _DEFAULTS:
+            path = os.path.join(_ROLES, role, "defaults", "main.yml")
+            _DEFAULTS[role] = (loader.load_from_file(path) or {}) if os.path.isfile(path) else {}
+        return _DEFAULTS[role]
+
+
+class Variables:
+    """var(name): the host's variable, else its role's default, templated in the host's context."""
+
+    def __init__(self, task_vars, templar, loader):
+        self.task_vars = task_vars
+        self.templar = templar
+        self.loader = loader
+
+    def __call__(self, name, default=None):
+        if name in self.task_vars:
+            value = self.task_vars[name]
+        else:
+            role = role_of(name)
+            if not role or name not in role_defaults(self.loader, role):
+                return default
+            value = role_defaults(self.loader, role)[name]
+        try:
+            return self.templar.template(value)
+        except AnsibleUndefinedVariable:
+            return default
+
+    def hostvar(self, host, name, default=None):
+        """Another host's variable (templated in its context), or default."""
+        try:
+            value = self.task_vars["hostvars"][host].get(name)
+        except (KeyError, AnsibleUndefinedVariable):
+            return default
+        return default if value is None else value
+
+
+def cluster_plan(var, hosts):
+    """The cluster_plan fact, else computed here from the inventory (verify runs without preflight)."""
+    plan = var("cluster_plan")
+    if isinstance(plan, dict) and plan.get("nodes"):
+        return plan
+    group = var("cluster_group") or "cluster"
+    members = (var("groups") or {}).get(group) or list(hosts)
+    hostvars = {h: _HostView(var, h) for h in members}
+    out = plan_from_hostvars(hostvars, members, master=var("cluster_master") or "",
+                             master_port=var("cluster_master_port") or None, user=var("cluster_user") or "",
+                             group=group)
+    return out["plan"]
+
+
+class _HostView:
+    """hostvars[h].get(name) for plan_from_hostvars."""
+
+    def __init__(self, var, host):
+        self.var, self.host = var, host
+
+    def get(self, name, default=None):
+        return self.var.hostvar(self.host, name, default)
+
+
+def run_modules(action, jobs, task_vars, parallel=8):
+    """Run [(name, module, args)] on the action's host at the same time -> {name: result}.
+
+    A module that fails or cannot reach the host gives its own failed/unreachable result; the
+    others still run.
+    """
+    def one(job):
+        name, module, args = job
+        try:
+            res = action._execute_module(module_name=module, module_args=dict(args), task_vars=task_vars,
+                                         wrap_async=False)
+        except AnsibleConnectionFailure as exc:
+            res = {"unreachable": True, "msg": str(exc)}
+        except Exception as exc:  # one broken check must not hide the others
+            res = {"failed": True, "msg": "%s: %s" % (module, exc)}
+        res.pop("invocation", None)
+        return name, res
+
+    if not jobs:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(jobs)))) as pool:
+        return dict(pool.map(one, jobs))

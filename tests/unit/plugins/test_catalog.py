@@ -1,0 +1,166 @@
+"""The check catalog (plugins/module_utils/catalog.py): selection, the records of a module result,
+and which stage result of this run stands in for a check inside site.yml."""
+
+from __future__ import annotations
+
+import helpers  # noqa: F401  (puts collections/ on sys.path)
+import pytest
+from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
+
+PLAN = {"nodes": [{"name": "n1", "address": "10.0.0.1"}, {"name": "n2", "address": "10.0.0.2"}],
+        "hosts": ["n1", "n2"], "address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1",
+        "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222, "user": "train"}
+
+
+class Var(dict):
+    """ctx.var: this node's variables; hostvar(h, name) another's."""
+
+    def __init__(self, mine, others=None):
+        super().__init__(mine)
+        self.others = others or {}
+
+    def __call__(self, name, default=None):
+        return self.get(name, default)
+
+    def hostvar(self, host, name, default=None):
+        return (self.others.get(host) or {}).get(name, default)
+
+
+def ctx(mine=None, others=None, host="n1"):
+    return K.Context(host, PLAN, ["n1", "n2"], Var(mine or {}, others))
+
+
+def test_selection_reach_always_smoke_only_when_asked_and_unknown_names():
+    assert K.select() == [n for n in K.PUBLIC if n != "smoke"]
+    assert K.select(["mesh", "gcc"]) == ["reach", "mesh", "gcc"]
+    assert K.select([]) == ["reach"]
+    assert K.select(None, smoke=True)[-1] == "smoke"
+    with pytest.raises(K.UnknownCheck, match="unknown check nope; known: reach, sshd"):
+        K.select(["nope"])
+
+
+def test_a_name_runs_what_its_checks_need_but_reports_only_its_own():
+    assert K.expand(["reach", "nccl"]) == ["reach", "env", "nccl", "nccl_in_effect"]
+    assert K.reported(["reach", "nccl"]) == ["reach", "nccl", "nccl_in_effect"]
+    assert "landing" in K.expand(["runtime"]) and "compare" in K.expand(["versions"])
+
+
+def test_every_entry_with_a_module_builds_its_arguments_from_the_plan_and_role_defaults():
+    defaults = {"node_runtime_min_nofile": 16384, "node_runtime_shm_min": "1g", "pdsh_hosts_file": "/etc/pdsh/hosts",
+                "gcc_toolchain_min_version": "9", "python_env_path": "/opt/provision/venv",
+                "python_env_backend": "venv"}
+    c = ctx(defaults)
+    for spec in K.CATALOG:
+        if spec.module and spec.phase == K.NODE:
+            args = spec.args(c)
+            assert isinstance(args, dict) and args, spec.name
+    assert K.BY_NAME["sshd"].args(c)["ports"] == [2222]
+    assert K.BY_NAME["ports"].args(c)["ports"] == [29500]
+    assert K.BY_NAME["runtime"].args(c)["cluster_address"] == "10.0.0.1"
+    assert K.BY_NAME["runtime"].args(c)["cluster_user"] == "train"
+    assert K.BY_NAME["versions"].args(c)["python"] == "/opt/provision/venv/bin/python"
+    assert K.BY_NAME["versions"].args(c)["cache"] == "/opt/provision/venv/.provision-versions.json"
+    assert K.BY_NAME["nccl"].args(c)["rendezvous"] == {"name": "n1", "address": "10.0.0.1", "port": 29500}
+    conda = ctx(dict(defaults, python_env_backend="conda", python_env_conda_prefix="/opt/conda",
+                     python_env_conda_env_name="ml"))
+    assert K.BY_NAME["versions"].args(conda)["python"] == "/opt/conda/envs/ml/bin/python"
+    assert K.BY_NAME["versions"].args(ctx(dict(defaults, verify_python="/x/bin/python")))["python"] == "/x/bin/python"
+
+
+def test_records_name_the_node_and_one_shape_for_every_outcome():
+    spec = K.BY_NAME["ports"]
+    listed = {"checks": [{"check": "port 29500", "status": "fail", "detail": "29500 is held by pid 42 (python)\nmore",
+                          "fix": "stop it: kill 42"}]}
+    assert spec.records("n1", listed) == [{"check": "port 29500 free", "status": "fail", "node": "n1",
+                                          "detail": "29500 is held by pid 42 (python)", "fix": "stop it: kill 42"}]
+    crashed = spec.records("n1", {"failed": True, "msg": "MODULE FAILURE\nSee stdout/stderr"})
+    assert crashed[0]["status"] == "fail" and crashed[0]["detail"] == "MODULE FAILURE"
+    assert "provision verify --check ports -v" in crashed[0]["fix"]
+    assert spec.records("n1", {"skipped": True}) == []
+    down = spec.records("n1", {"unreachable": True, "msg": "timed out"})
+    assert down[0]["status"] == "fail" and "make n1 reachable" in down[0]["fix"]
+
+
+def test_sshd_failure_names_the_stage_that_fixes_it_once():
+    spec = K.BY_NAME["sshd"]
+    out = spec.records("n2", {"checks": [{"check": "port 2222", "status": "fail", "detail": "nothing listens on 2222",
+                                         "fix": "set Port 2222"}]})
+    assert out[0]["check"] == "sshd listening (port 2222)"
+    assert out[0]["fix"] == ("set Port 2222; the sshd role does it: ansible-playbook site.yml --tags sshd --limit n2")
+    named = spec.records("n2", {"checks": [{"check": "sshd listening on 2222", "status": "pass", "detail": "ok"}]})
+    assert named[0]["check"] == "sshd listening on 2222"
+
+
+def test_the_nccl_interface_from_the_env_block_is_named_so():
+    c = ctx()
+    c.results = {"env": {"seen": {"NCCL_SOCKET_IFNAME": "ib0"}}, "nccl": {"socket_ifname": "eth1"}}
+    spec = K.BY_NAME["nccl_in_effect"]
+    assert spec.when(c) and spec.args(c)["socket_ifname"] == "ib0"
+    bad, skipped = spec.records("n2", {"checks": [
+        {"check": "nccl_net.socket_ifname", "status": "fail",
+         "detail": "n2: nccl_net_socket_ifname=ib0: no such interface (have: eth0, eth1, lo)",
+         "fix": "set nccl_net_socket_ifname, or fix cluster_address"},
+        {"check": "nccl_net.ib", "status": "skip", "detail": "n2: NCCL_IB_DISABLE=1", "fix": ""}]}, c)
+    assert bad["detail"] == ("NCCL_SOCKET_IFNAME=ib0 from ~/.bashrc (what non-interactive ssh gets): "
+                             "n2: no such interface (have: eth0, eth1, lo)")
+    assert bad["fix"].startswith("the env block exports another interface than nccl_net chose: "
+                                 "ansible-playbook site.yml --tags shell_env --limit n2")
+    assert skipped["detail"] == "n2: NCCL_IB_DISABLE=1"
+    c.results["env"]["seen"]["NCCL_SOCKET_IFNAME"] = "eth1"
+    assert not spec.when(c)
+
+
+CHECKS = [{"check": "x", "status": "pass", "detail": "ok", "fix": ""}]
+
+
+@pytest.mark.parametrize("name, var, result, reused", [
+    ("sshd", "sshd_result", {"found": True, "changed": False, "checks": CHECKS}, True),
+    ("sshd", "sshd_result", {"found": True, "changed": True, "checks": CHECKS}, False),
+    ("mesh", "ssh_mesh_result", {"changed": True, "checks": CHECKS}, True),    # its check ran after the changes
+    ("mesh", "ssh_mesh_result", {"checks": []}, False),
+    ("gcc", "gcc_toolchain_result", {"checks": CHECKS, "plan": {"missing": []},
+                                     "ansible_facts": {"gcc_toolchain_facts": {"meets_min": True}}}, True),
+    ("gcc", "gcc_toolchain_result", {"checks": CHECKS, "plan": {"missing": ["g++"]},
+                                     "ansible_facts": {"gcc_toolchain_facts": {"meets_min": True}}}, False),
+    ("gpu", "cuda_toolkit_result", {"checks": CHECKS, "plan": {"action": "install"}}, False),
+    ("gpu", "cuda_toolkit_result", {"checks": CHECKS, "plan": {}}, True),
+    ("versions", "python_env_result", {"checks": CHECKS, "versions": {"torch": "2.13.0"}}, True),
+    ("versions", "python_env_result", {"checks": CHECKS, "versions": None}, False),
+    ("nccl", "nccl_net_result", {"checks": CHECKS, "probed": False}, False),
+    ("env", "shell_env_result", {"changed": True, "env_check": {"checks": CHECKS}}, True),
+    ("runtime", "node_runtime_result", {"changed": True, "checks": CHECKS}, False),
+    ("ports", "preflight_result", {"checks": CHECKS}, True),
+])
+def test_which_stage_results_stand_in_for_a_check(name, var, result, reused):
+    assert (K.BY_NAME[name].reuse(ctx({var: result})) is not None) is reused
+
+
+def test_pdsh_checked_from_the_first_node_only_stands_for_the_others():
+    first = {"found": True, "checked": True, "checks": CHECKS}
+    other = {"found": True, "checked": False, "checks": []}
+    unchanged_fabric = {"ssh_mesh_result": {"fabric_changed": False}}
+    assert K.BY_NAME["pdsh"].reuse(ctx(dict(unchanged_fabric, pdsh_result=other), {"n1": {"pdsh_result": first}},
+                                       host="n2")) == {"checks": []}
+    changed_fabric = {"ssh_mesh_result": {"fabric_changed": True}}
+    assert K.BY_NAME["pdsh"].reuse(ctx(dict(changed_fabric, pdsh_result=other), {"n1": {"pdsh_result": first}},
+                                       host="n2")) is None
+    assert K.BY_NAME["pdsh"].reuse(ctx({"pdsh_result": dict(first, found=False)})) is None
+
+
+def test_describe_lists_every_public_check_once():
+    names = [n for n, _ in K.describe()]
+    assert names == K.PUBLIC and len(set(names)) == len(names)
+
+
+def test_sshd_down_on_a_node_without_init_says_why_a_restart_lost_it():
+    c = ctx()
+    spec = K.BY_NAME["sshd"]
+    result = {"init": "catatonit", "checks": [{"check": "port 2222", "status": "fail", "detail": "2222 is free",
+                                               "fix": "start the service that should listen on 2222"}]}
+    c.results = {"sshd": result}
+    (rec,) = spec.records("n1", result, c)
+    assert rec["detail"] == "2222 is free; PID 1 is catatonit, no init system: nothing starts sshd again after the node restarts"
+    assert rec["fix"].startswith("ansible-playbook site.yml --tags sshd --limit n1 after every restart, or start sshd")
+    c.results = {"sshd": dict(result, init="systemd")}
+    (rec,) = spec.records("n1", dict(result, init="systemd"), c)
+    assert "no init system" not in rec["detail"] and "the sshd role does it" in rec["fix"]
