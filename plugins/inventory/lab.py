@@ -23,6 +23,10 @@ description:
     C(lab_init) (C(none) for no init system and sshd not running, C(systemd) for systemd as
     PID 1 running sshd on port 22), C(lab_flavour) (full, minimal or bare) and C(lab_bare)
     (true for bare nodes, which have python3 and apt only, plus openssh-server on systemd nodes).
+  - When the lab serves a package mirror (C(provision lab up --bare) or C(--mirror)), every host
+    has C(cluster_package_mirror), its base URL (C(http://10.89.K.2:8080)), and
+    C(cluster_package_mirror_layout) C(flat), meaning one flat repository per release at
+    C(<base>/<codename>/), for the apt line C(deb [trusted=yes] <base>/<codename> ./).
   - The config file must end in C(lab.yml) or C(lab.yaml).
 options:
   plugin:
@@ -72,6 +76,7 @@ LABEL_INIT = "provision.lab.init"
 LABEL_FLAVOUR = "provision.lab.flavour"
 LABEL_RECIPE = "provision.recipe"
 LABEL_ROLE = "provision.lab.role"
+LABEL_MIRROR_URL = "provision.lab.mirror_url"
 
 
 def _port_open(addr, port, timeout=0.3):
@@ -115,7 +120,10 @@ class InventoryModule(BaseInventoryPlugin):
         if proc.returncode != 0:
             raise AnsibleParserError("lab inventory: podman ps failed: %s" % proc.stderr.strip())
         # the lab's own helpers (its package mirror) carry a role label: they are not nodes
-        containers = [c for c in json.loads(proc.stdout or "[]") if not (c.get("Labels") or {}).get(LABEL_ROLE)]
+        everything = json.loads(proc.stdout or "[]")
+        containers = [c for c in everything if not (c.get("Labels") or {}).get(LABEL_ROLE)]
+        mirror = next((c for c in everything if (c.get("Labels") or {}).get(LABEL_ROLE) == "mirror"), None)
+        mirror_url = (mirror.get("Labels") or {}).get(LABEL_MIRROR_URL) if mirror else None
         if not containers:
             raise AnsibleParserError(
                 "lab inventory: lab %r has no node; run `provision lab up --name %s`" % (name, name))
@@ -147,6 +155,9 @@ class InventoryModule(BaseInventoryPlugin):
             setv(host, "lab_init", labels.get(LABEL_INIT) or "none")
             setv(host, "lab_flavour", flavour)
             setv(host, "lab_bare", flavour == "bare")
+            if mirror_url:
+                setv(host, "cluster_package_mirror", mirror_url)
+                setv(host, "cluster_package_mirror_layout", "flat")
             state = str(c.get("State") or "unknown").lower()
             setv(host, "lab_state", state)
             down = state not in ("running", "paused")

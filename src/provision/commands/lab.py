@@ -48,6 +48,10 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
 @click.option("--bare", is_flag=True, envvar="PROVISION_LAB_BARE",
               help="Only what a fresh minimal server image has: python3, apt (and openssh-server with "
                    "--init systemd); no gcc, pdsh, python3-venv, iperf3, iproute2.")
+@click.option("--mirror", is_flag=True, envvar="PROVISION_LAB_MIRROR",
+              help="Serve a package mirror in the lab (always on with --bare): the .debs the roles may "
+                   "install, fetched once per release into ~/.cache/provision/mirror; the inventory "
+                   "gives its URL as cluster_package_mirror.")
 @click.option("--shm-size", default="1g", show_default=True, help="/dev/shm size of every node.")
 @click.option("--node-option", "node_options", multiple=True, metavar="I:OPTS",
               help="Extra podman run options for node I, e.g. '2:--ulimit=memlock=65536:65536'.")
@@ -55,8 +59,8 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
               help="Root password login only (first-contact tests): sshd started on 2222 (no init), or "
                    "the systemd node's own sshd on 22 (--init systemd).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the lab status as JSON.")
-def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str, bare: bool, shm_size: str,
-           node_options: tuple[str, ...], root_password_file: str | None, json_mode: bool) -> None:
+def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str, bare: bool, mirror: bool,
+           shm_size: str, node_options: tuple[str, ...], root_password_file: str | None, json_mode: bool) -> None:
     """Bring up (or keep) a lab of N nodes; a second `up` is a fast no-op."""
     term = Terminal(json_mode=json_mode)
     if bare and flavour not in (None, "bare"):
@@ -66,7 +70,7 @@ def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str,
         password = open(root_password_file, encoding="utf-8").read().strip()
     spec = lab_core.LabSpec(name=name, nodes=nodes, flavour="bare" if bare else (flavour or "full"),
                             shm_size=shm_size, node_options=_parse_node_options(node_options),
-                            password=password, init=init,
+                            password=password, init=init, mirror=mirror,
                             os=tuple(r.strip() for r in releases.split(",") if r.strip()) or (lab_core.SUITE,))
     try:
         state = lab_core.up(spec, log=term.info)
@@ -135,5 +139,10 @@ def _print_status(term: Terminal, state: dict, json_mode: bool) -> None:
         table.add_row(node["name"], node["address"], node["side_address"], node["os"], node["init"],
                       node["flavour"], node["state"])
     term.table(table)
+    server = state.get("mirror")
+    if server:
+        sizes = ", ".join(f"{r} {m['debs'] or 0} debs {(m['bytes'] or 0) / 1e6:.0f} MB (built in {m['seconds'] or 0:.0f} s)"
+                          for r, m in server["releases"].items())
+        term.info(f"package mirror ({server['state']}): {server['url']}/<release>/ flat; {sizes}")
     if not state["nodes"]:
         term.info(f"lab {state['lab']} is down: `provision lab up --name {state['lab']}`")

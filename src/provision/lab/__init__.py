@@ -35,6 +35,7 @@ from provision.paths import cache_dir
 
 from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT, LABEL_OS, LABEL_RECIPE,
                     LABEL_ROLE, LABEL_SIDE, LabError, _run, podman)
+from . import mirror as mirror_mod
 from .images import (FLAVOURS, INITS, RECIPE_VERSION, RELEASES, SUITE, build_image, check_image_args,
                      image_exists, image_tag, recipe)
 
@@ -95,6 +96,8 @@ class LabSpec:
     # one release for every node, or one per node (node i gets os[i-1])
     os: tuple[str, ...] = (SUITE,)
     init: str = "none"  # none (catatonit, no sshd running) or systemd (PID 1, sshd on 22)
+    # serve the package mirror in the lab (always when the nodes are bare)
+    mirror: bool = False
 
     def release(self, idx: int) -> str:
         return self.os[0] if len(self.os) == 1 else self.os[idx - 1]
@@ -243,7 +246,8 @@ def _nodes_of(containers: list[dict]) -> list[dict]:
 
 def status(name: str = DEFAULT_NAME) -> dict:
     nodes = []
-    for c in _nodes_of(list_containers(name)):
+    containers = list_containers(name)
+    for c in _nodes_of(containers):
         labels = c.get("Labels") or {}
         idx = int(labels.get(LABEL_INDEX, "0"))
         addr, side = labels.get(LABEL_ADDRESS, ""), labels.get(LABEL_SIDE, "")
@@ -251,8 +255,14 @@ def status(name: str = DEFAULT_NAME) -> dict:
                           side_address=side, state=c.get("State", "unknown"),
                           addresses={name: addr, f"{name}-side{idx}": side}, **node_kind(labels)))
     nodes.sort(key=lambda n: n.index)
-    return {"lab": name, "networks": list_networks(name), "nodes": [asdict(n) for n in nodes],
-            "up": bool(nodes) and all(n.state == "running" for n in nodes)}
+    doc = {"lab": name, "networks": list_networks(name), "nodes": [asdict(n) for n in nodes],
+           "up": bool(nodes) and all(n.state == "running" for n in nodes)}
+    server = mirror_mod.find(containers)
+    if server is not None:
+        doc["mirror"] = {"url": (server.get("Labels") or {}).get(mirror_mod.LABEL_MIRROR_URL, ""),
+                         "layout": "flat", "container": server["Names"][0], "state": server.get("State", "unknown"),
+                         "releases": mirror_mod.summary(sorted({n.os for n in nodes}))}
+    return doc
 
 
 # ---------------------------------------------------------------- up / down
@@ -357,9 +367,12 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             for release in dict.fromkeys(spec.os)}
     k = subnet_index(spec.name)
     plan = _plan(spec, k)
+    containers = list_containers(spec.name)
+    server = mirror_mod.find(containers)
+    if spec.mirror or spec.flavour == "bare" or server is not None:
+        build_mirrors(spec, tags, log=log)
     _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
-    existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c
-                for c in _nodes_of(list_containers(spec.name))}
+    existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c for c in _nodes_of(containers)}
     # nodes beyond the requested count go away (lab up --nodes 2 after --nodes 8)
     for idx, c in sorted(existing.items()):
         if idx > spec.nodes:
@@ -401,9 +414,18 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             _remove_node(spec.name, idx, cname, log=lambda _m: None)
         undo = f"; removed the {len(created)} node(s) this run had created" if created else ""
         raise LabError(f"{exc}{undo}") from exc
+    if spec.mirror or spec.flavour == "bare" or server is not None:
+        mirror_mod.serve(spec.name, k, tags[spec.release(1)], existing=server, log=log)
     if started:
         log(f"started {', '.join(started)}")
     return status(spec.name)
+
+
+def build_mirrors(spec: LabSpec, tags: dict[str, str], *, log=print) -> dict[str, dict]:
+    """The package mirror of every release in the lab, relative to the image the lab's nodes of
+    that release run (the bare image on a bare lab; see mirror.py). The cache of a release grows
+    by what another image lacks when a lab of another flavour uses it."""
+    return {release: mirror_mod.build(release, [tags[release]], log=log) for release in dict.fromkeys(spec.os)}
 
 
 def _remove_node(lab: str, idx: int, cname: str, *, log=print) -> None:

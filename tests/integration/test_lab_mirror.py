@@ -1,0 +1,119 @@
+"""The lab's package mirror (issue 19): built once per release, served inside the lab, named in
+the inventory; every package the roles may install installs from it on each release's bare
+node, and nothing in the lab reaches outside.
+
+One 3-node lab (bullseye, bookworm, trixie; systemd; bare: the images test_lab_flavours uses).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from helpers import ansible_env, lab_cmd, lab_name, node_exec, tool, REPO
+
+from provision.lab import mirror
+
+pytestmark = pytest.mark.lab
+
+RELEASES = ["bullseye", "bookworm", "trixie"]
+OPTIONS = ["--os", ",".join(RELEASES), "--init", "systemd", "--bare"]
+
+
+@pytest.fixture(scope="module")
+def lab(lab_factory):
+    t0 = time.monotonic()
+    made = lab_factory(lab_name("mirror"), nodes=3, options=OPTIONS)
+    print(f"3-release bare lab with its mirror up in {time.monotonic() - t0:.1f} s (images and mirror "
+          "included when not cached)")
+    made.status = json.loads(lab_cmd("status", "--json", lab_name=made.name).stdout)
+    return made
+
+
+def _unsafe(value):
+    return value.get("__ansible_unsafe", value) if isinstance(value, dict) else value
+
+
+def test_the_mirror_is_served_and_named_in_the_inventory(lab):
+    server = lab.status["mirror"]
+    k = lab.status["nodes"][0]["address"].split(".")[2]
+    assert server["url"] == f"http://10.89.{k}.2:8080" and server["state"] == "running"
+    assert server["layout"] == "flat"
+    for release in RELEASES:
+        info = server["releases"][release]
+        assert info["debs"] > 50 and info["bytes"] > 10e6
+        print(f"mirror {release}: {info['debs']} debs, {info['bytes'] / 1e6:.0f} MB, built in {info['seconds']} s")
+    inv = subprocess.run([tool("ansible-inventory"), "-i", str(REPO / "inventory/lab"), "--list"],
+                         env=ansible_env(lab.name), capture_output=True, text=True, check=True, cwd=REPO)
+    data = json.loads(inv.stdout)
+    assert data["cluster"]["hosts"] == ["node1", "node2", "node3"]  # the mirror is no node
+    for host, hv in data["_meta"]["hostvars"].items():
+        assert _unsafe(hv["cluster_package_mirror"]) == server["url"]
+        assert _unsafe(hv["cluster_package_mirror_layout"]) == "flat"
+    # the lab wrote no apt source into the nodes: they keep a fresh VM's
+    out = node_exec(lab.name, 2, "grep -rhs '^deb \\|^URIs:' /etc/apt/sources.list /etc/apt/sources.list.d/").stdout
+    assert "10.89." not in out and "deb.debian.org" in out
+
+
+def test_every_package_the_roles_may_install_installs_from_the_mirror(lab):
+    """On each release's bare node, with the lab mirror as the only apt source: all of
+    MIRROR_PACKAGES at once (bookworm with Recommends, the others without)."""
+    url = lab.status["mirror"]["url"]
+    packages = " ".join(mirror.MIRROR_PACKAGES)
+
+    def install(i: int) -> subprocess.CompletedProcess:
+        release = RELEASES[i - 1]
+        recommends = "" if release == "bookworm" else "--no-install-recommends"
+        return node_exec(lab.name, i, f"""
+            set -e
+            echo 'deb [trusted=yes] {url}/{release} ./' > /tmp/lab-mirror.list
+            o="-q -o Dir::Etc::SourceList=/tmp/lab-mirror.list -o Dir::Etc::SourceParts=/dev/null"
+            o="$o -o DPkg::Options::=--force-unsafe-io"  # the test's time, not the mirror's
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get $o update >/tmp/apt.log 2>&1
+            apt-get $o install -y {recommends} {packages} >>/tmp/apt.log 2>&1 || {{ tail -20 /tmp/apt.log; exit 1; }}
+            for t in gcc g++ make pdsh iperf3 ip rsync sudo mpirun munged slurmd slurmctld sinfo; do
+                command -v $t >/dev/null || echo "missing $t"
+            done
+            python3 -m venv /tmp/venv-check && echo venv-ok
+        """, check=False, timeout=900)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(install, [1, 2, 3]))
+    print(f"all mirror packages installed on 3 releases in {time.monotonic() - t0:.0f} s")
+    for release, proc in zip(RELEASES, results):
+        assert proc.returncode == 0, f"{release}: {proc.stdout}{proc.stderr}"
+        assert "missing" not in proc.stdout and "venv-ok" in proc.stdout, f"{release}: {proc.stdout}"
+
+
+def test_nothing_in_the_lab_reaches_outside(lab):
+    probe = ("python3 - <<'EOF'\nimport socket\ntry:\n"
+             "    socket.create_connection(('deb.debian.org', 80), timeout=5)\n    print('REACHED')\n"
+             "except OSError as exc:\n    print('blocked', type(exc).__name__)\nEOF")
+    for i in (1, 2, 3):
+        out = node_exec(lab.name, i, probe).stdout
+        assert "blocked" in out, out
+    server = subprocess.run(["podman", "exec", f"{lab.name}-mirror", "sh", "-c", probe],
+                            capture_output=True, text=True, timeout=60)
+    assert "blocked" in server.stdout, server.stdout + server.stderr
+    # the nodes' own (VM) sources fail at once, no hang
+    t0 = time.monotonic()
+    node_exec(lab.name, 3, "apt-get -q update", check=False, timeout=120)
+    assert time.monotonic() - t0 < 30
+
+
+def test_up_again_reuses_the_cache_and_down_removes_the_mirror(lab):
+    before = {r: mirror.read_stamp(r)["built"] for r in RELEASES}
+    t0 = time.monotonic()
+    lab_cmd("up", "--nodes", "3", *OPTIONS, lab_name=lab.name)
+    assert time.monotonic() - t0 < 15
+    assert {r: mirror.read_stamp(r)["built"] for r in RELEASES} == before
+    lab_cmd("down", lab_name=lab.name)
+    names = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert f"{lab.name}-mirror" not in names
+    assert all((mirror.mirror_root() / r / "Packages").is_file() for r in RELEASES)  # the cache stays
