@@ -13,6 +13,7 @@ from ansible_collections.provision.cluster.plugins.plugin_utils.verify import (
     Variables,
     cluster_plan,
     run_modules,
+    selection,
 )
 
 
@@ -22,7 +23,7 @@ def _bool(value):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("select", "smoke", "phase", "reuse", "parallel"))
+    _VALID_ARGS = frozenset(("select", "smoke", "phase", "reuse", "in_site", "parallel"))
 
     def _configure_module(self, *args, **kwargs):
         with BUILD_LOCK:
@@ -35,7 +36,8 @@ class ActionModule(ActionBase):
         if phase not in (K.NODE, K.PEERS):
             return dict(result, failed=True, msg="phase must be node or peers")
         try:
-            selected = K.select(args.get("select"), _bool(args.get("smoke", False)))
+            selected = selection(args.get("select"), _bool(args.get("smoke", False)), _bool(args.get("in_site", False)),
+                                 task_vars)
         except K.UnknownCheck as exc:
             return dict(result, failed=True, msg=str(exc))
         var = Variables(task_vars, self._templar, self._loader)

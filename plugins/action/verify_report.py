@@ -9,7 +9,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document, fail_lines
-from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan
+from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan, selection
 
 
 def _bool(value):
@@ -36,13 +36,14 @@ def _inventory_problem(line, order):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("select", "smoke", "reuse", "stats"))
+    _VALID_ARGS = frozenset(("select", "smoke", "reuse", "in_site", "stats"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
         try:
-            selected = K.select(args.get("select"), _bool(args.get("smoke", False)))
+            selected = selection(args.get("select"), _bool(args.get("smoke", False)), _bool(args.get("in_site", False)),
+                                 task_vars)
         except K.UnknownCheck as exc:
             return dict(result, failed=True, msg=str(exc))
         var = Variables(task_vars, self._templar, self._loader)

@@ -14,9 +14,6 @@ import click
 from provision import ansible
 from provision.terminal import EXIT_USAGE, Terminal
 
-STAGES = ["preflight", "packages", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
-          "node_runtime", "nccl_net", "shell_env", "launchers", "allreduce_smoke"]
-
 
 def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...]) -> list[str]:
     return ansible.playbook_argv("site.yml" if stage is None else f"playbooks/{stage}.yml", inventory, args=extra)
@@ -24,7 +21,8 @@ def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...]) -> 
 
 @click.command("site", context_settings={"ignore_unknown_options": True})
 @click.option("-i", "--inventory", required=True, help="Inventory file or directory.")
-@click.option("--stage", type=click.Choice(STAGES), default=None, help="Run one stage only.")
+@click.option("--stage", type=click.Choice(ansible.collection_module("cluster_plan").STAGES), default=None,
+              help="Run one stage only.")
 @click.argument("ansible_args", nargs=-1, type=click.UNPROCESSED)
 def command(inventory: str, stage: str | None, ansible_args: tuple[str, ...]) -> None:
     """Run site.yml (all stages, or --stage NAME) against an inventory.
