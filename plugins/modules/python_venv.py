@@ -58,6 +58,15 @@ options:
     description: Seconds the pip install may take.
     type: int
     default: 1800
+  python_version:
+    description:
+      - The python version the wheelhouse was made for (C(3.11)). When the node's interpreter is another one,
+        creating the environment fails at once, in one line naming the node, its python and the fix (pip would
+        find no pinned wheel for it).
+    type: str
+  node:
+    description: The node's inventory name, for that line.
+    type: str
   versions_cache:
     description:
       - The cache file of M(provision.cluster.python_versions). When the environment is unchanged (nothing
@@ -101,6 +110,10 @@ ansible_facts:
     - C(python_env_versions) when O(versions_cache) answered.
   returned: when export or when the versions cache answered
   type: dict
+venv_missing:
+  description: The interpreter lacks venv/ensurepip (Debian's python3-venv package); nothing was created.
+  returned: when the interpreter cannot make a venv
+  type: bool
 versions_cached:
   description: Whether O(versions_cache) answered (then RV(checks) holds the check C(python_env)).
   returned: always
@@ -146,6 +159,26 @@ def probe(module, python):
     return data
 
 
+def base_python_problem(module, base, p):
+    """None, "venv_missing", or a failure naming the node, its python and the fix when the wheelhouse
+    was made for another python (pip would find no pinned wheel for this one)."""
+    proc = run(module, [base, "-c", "import sys, platform; print(platform.python_version()); import ensurepip, venv"],
+               60, "probing %s" % base)
+    found = (proc.stdout.strip().splitlines() or [""])[0]
+    wanted = p["python_version"]
+    if wanted and found and not P.python_matches(found, wanted):
+        pins = " ".join(r for r in p["requirements"] if r.lower().startswith("torch")) or "the pinned packages"
+        module.fail_json(msg=(
+            "%s: python %s here (%s), the wheelhouse holds wheels for python %s (python_env_python_version): "
+            "no %s for this python; fix: a wheelhouse for %s (python_env_python_version: '%s' for this node, with "
+            "such wheels on the index) or python_env_backend: conda (it brings its own python)"
+            % (p["node"] or "this node", found, base, wanted, pins, ".".join(found.split(".")[:2]),
+               ".".join(found.split(".")[:2]))))
+    if proc.returncode != 0:
+        return "venv_missing"
+    return None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -161,6 +194,8 @@ def main():
             timeout=dict(type="int", default=1800),
             versions_cache=dict(type="path"),
             versions_packages=dict(type="list", elements="str", default=[]),
+            python_version=dict(type="str"),
+            node=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -195,6 +230,10 @@ def main():
             module.exit_json(changed=True, created=True, installed=list(p["requirements"]), python=env_python,
                              ansible_facts=facts)
         base = module.get_bin_path(p["python"], required=True) if not os.path.isabs(p["python"]) else p["python"]
+        problem = base_python_problem(module, base, p)
+        if problem == "venv_missing":
+            # the distribution splits venv/ensurepip out (Debian's python3-venv): the role installs it, calls again
+            module.exit_json(changed=False, created=False, installed=[], python=env_python, venv_missing=True)
         argv = P.venv_create_argv(base, path, p["system_site_packages"])
         if os.path.exists(path):
             argv.insert(3, "--clear")

@@ -14,7 +14,7 @@ import click
 from provision import ansible
 from provision.terminal import EXIT_USAGE, Terminal
 
-STAGES = ["preflight", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
+STAGES = ["preflight", "packages", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
           "node_runtime", "nccl_net", "shell_env", "launchers", "allreduce_smoke"]
 
 
