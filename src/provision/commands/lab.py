@@ -115,6 +115,36 @@ def lab_down(name: str) -> None:
               f"{len(removed['networks'])} network(s)")
 
 
+@command.command("fault")
+@click.argument("target", nargs=-1, required=True, metavar="[LAB] NODE")
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME",
+              help="The lab, when not given before NODE.")
+@click.option("--rate", default=None, metavar="RATE", help="Limit the node's cluster link, e.g. 100mbit (tc tbf).")
+@click.option("--delay", default=None, metavar="TIME", help="Delay each packet on the cluster link, e.g. 5ms.")
+@click.option("--loss", default=None, metavar="PCT", help="Drop this share of the cluster link's packets, e.g. 1%.")
+@click.option("--mtu", default=None, type=int, help="Set the node's cluster interface MTU (the others keep theirs).")
+@click.option("--freeze", is_flag=True, help="Freeze every process of the node (podman pause).")
+@click.option("--thaw", is_flag=True, help="Thaw a frozen node (podman unpause).")
+@click.option("--clear", is_flag=True, help="Remove every fault of the node (and thaw it).")
+@click.option("--direction", default="both", show_default=True, type=click.Choice(["both", "out", "in"]),
+              help="Which traffic --rate/--delay/--loss apply to: what the node sends (out), receives (in), or both.")
+def lab_fault(target: tuple[str, ...], name: str, rate: str | None, delay: str | None, loss: str | None,
+              mtu: int | None, freeze: bool, thaw: bool, clear: bool, direction: str) -> None:
+    """Degrade one node from the controller (the node is not told): `provision lab fault LAB node2 --rate 100mbit`."""
+    term = Terminal()
+    if len(target) > 2:
+        raise UsageError("give the node, optionally after the lab: provision lab fault [LAB] NODE --rate 100mbit")
+    lab, node = (target[0], target[1]) if len(target) == 2 else (name, target[0])
+    if freeze and thaw:
+        raise UsageError("--freeze and --thaw contradict each other; give one of them")
+    try:
+        lab_core.fault(lab, node, rate=rate, delay=delay, loss=loss, mtu=mtu, freeze=freeze, thaw=thaw,
+                       clear=clear, direction=direction, log=term.info)
+    except lab_core.LabError as exc:
+        term.error(str(exc))
+        sys.exit(EXIT_FAILED)
+
+
 @command.command("setup")
 def lab_setup() -> None:
     """Install what the lab needs on this (Debian-family) machine: podman, runc, debootstrap."""
@@ -139,6 +169,12 @@ def _print_status(term: Terminal, state: dict, json_mode: bool) -> None:
         table.add_row(node["name"], node["address"], node["side_address"], node["os"], node["init"],
                       node["flavour"], node["state"])
     term.table(table)
+    for node in state["nodes"]:
+        if node.get("faults"):
+            term.info(f"{node['name']}: fault " + ", ".join(
+                "frozen" if k == "frozen" else f"{k} {v}" + (f" ({node['faults'][k + '_direction']})"
+                                                            if k + "_direction" in node["faults"] else "")
+                for k, v in node["faults"].items() if not k.endswith("_direction")))
     server = state.get("mirror")
     if server:
         sizes = ", ".join(f"{r} {m['debs'] or 0} debs {(m['bytes'] or 0) / 1e6:.0f} MB (built in {m['seconds'] or 0:.0f} s)"

@@ -35,6 +35,7 @@ from provision.paths import cache_dir
 
 from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT, LABEL_OS, LABEL_RECIPE,
                     LABEL_ROLE, LABEL_SIDE, LabError, _run, podman)
+from . import faults as faults_mod
 from . import mirror as mirror_mod
 from .images import (FLAVOURS, INITS, RECIPE_VERSION, RELEASES, SUITE, build_image, check_image_args,
                      image_exists, image_tag, recipe)
@@ -43,7 +44,7 @@ __all__ = [
     "LABEL", "LABEL_ADDRESS", "LABEL_FLAVOUR", "LABEL_INDEX", "LABEL_INIT", "LABEL_OS", "LABEL_RECIPE",
     "LABEL_ROLE", "LABEL_SIDE", "FLAVOURS", "INITS", "RECIPE_VERSION", "RELEASES", "SUITE", "LabError",
     "LabSpec", "Node", "build_image", "check_image_args", "down", "image_exists", "image_tag", "podman",
-    "recipe", "setup_host", "status", "up", "wait_booted",
+    "fault", "recipe", "setup_host", "status", "up", "wait_booted",
 ]
 
 DEFAULT_NAME = "provlab"
@@ -82,6 +83,7 @@ class Node:
     init: str = "none"
     flavour: str = "full"
     bare: bool = False
+    faults: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -247,13 +249,15 @@ def _nodes_of(containers: list[dict]) -> list[dict]:
 def status(name: str = DEFAULT_NAME) -> dict:
     nodes = []
     containers = list_containers(name)
+    active = faults_mod.active(name, _nodes_of(containers))
     for c in _nodes_of(containers):
         labels = c.get("Labels") or {}
         idx = int(labels.get(LABEL_INDEX, "0"))
         addr, side = labels.get(LABEL_ADDRESS, ""), labels.get(LABEL_SIDE, "")
         nodes.append(Node(name=f"node{idx}", container=c["Names"][0], index=idx, address=addr,
                           side_address=side, state=c.get("State", "unknown"),
-                          addresses={name: addr, f"{name}-side{idx}": side}, **node_kind(labels)))
+                          addresses={name: addr, f"{name}-side{idx}": side}, **node_kind(labels),
+                          faults=active.get(f"node{idx}", {})))
     nodes.sort(key=lambda n: n.index)
     doc = {"lab": name, "networks": list_networks(name), "nodes": [asdict(n) for n in nodes],
            "up": bool(nodes) and all(n.state == "running" for n in nodes)}
@@ -437,6 +441,7 @@ def _remove_node(lab: str, idx: int, cname: str, *, log=print) -> None:
 def down(name: str = DEFAULT_NAME, *, log=print) -> dict:
     """Remove every container and network this lab made, and nothing else."""
     removed = {"containers": [], "networks": []}
+    faults_mod.stop_all(name)
     containers = [c["Names"][0] for c in list_containers(name)]
     if containers:
         podman("rm", "-f", "-t", "0", *containers)
@@ -456,3 +461,16 @@ def lab_state_dir(name: str) -> Path:
     path = cache_dir() / "labs" / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def fault(name: str, node: str, *, log=print, **kw) -> dict:
+    """Apply or clear faults on one node of lab NAME (see faults.py); NODE is node2 or 2."""
+    idx = node[4:] if node.startswith("node") else node
+    if not idx.isdigit():
+        raise LabError(f"{node!r} is not a node; name it as node2 or 2")
+    containers = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c for c in _nodes_of(list_containers(name))}
+    c = containers.get(int(idx))
+    if c is None:
+        have = ", ".join(f"node{i}" for i in sorted(containers)) or "none"
+        raise LabError(f"lab {name} has no node{idx} (nodes: {have}); `provision lab status --name {name}`")
+    return faults_mod.apply(name, f"node{idx}", c["Names"][0], log=log, **kw)
