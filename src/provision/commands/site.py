@@ -7,12 +7,11 @@ For users who installed the package and never cloned the repository; from a chec
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
 from provision import ansible
-from provision.terminal import EXIT_USAGE, Terminal
+from provision.app import Application
 
 
 def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...]) -> list[str]:
@@ -29,10 +28,9 @@ def command(inventory: str, stage: str | None, ansible_args: tuple[str, ...]) ->
 
     Arguments after the options go to ansible-playbook (e.g. --check --diff, --limit node2).
     """
-    term = Terminal()
+    app = Application()
     if not os.path.exists(inventory):
-        term.error(f"inventory {inventory} does not exist; fix: pass -i inventory/<name>/ "
-                   "(see `provision lab up` for a local one)")
-        sys.exit(EXIT_USAGE)
+        app.usage(f"inventory {inventory} does not exist; fix: pass -i inventory/<name>/ "
+                  "(see `provision lab up` for a local one)")
     argv = playbook_argv(inventory, stage, ansible_args)
     os.execve(argv[0], argv, ansible.environment())

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from provision import verify as core
-from provision.terminal import EXIT_FAILED, EXIT_USAGE, Terminal, make_table
+from provision.app import Application
+from provision.terminal import Terminal, make_table
 
 MARK = {"pass": "[green]✓[/green]", "fail": "[red]✗[/red]", "warn": "[yellow]![/yellow]",
         "skip": "[dim]-[/dim]"}
@@ -150,23 +150,16 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
     provision verify -i inventory/lab/ --check mesh --check env --limit node1,node2
     provision verify -i hosts.ini --smoke --json > verify.json
     """
-    term = Terminal(json_mode=json_mode)
+    app = term = Application(json_mode=json_mode)
     if list_checks:
         for name, desc in core.checks().items():
             term.info(f"{name:10} {desc}")
         return
-    try:
-        with Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
-            doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
-                              extra_vars=list(extra_vars), timeout=timeout, on_event=progress)
-    except core.VerifyError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_USAGE)
-    except TimeoutError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_FAILED)
+    with app.guard(), Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
+        doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
+                          extra_vars=list(extra_vars), timeout=timeout, on_event=progress)
     if json_mode:
-        term.emit_json(doc)
+        app.emit_json(doc)
     else:
-        render(term, doc)
-    sys.exit(core.exit_code(doc))
+        render(app, doc)
+    app.done(doc["ok"])
