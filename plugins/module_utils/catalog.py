@@ -19,7 +19,7 @@ so no default is restated here. Controller-side only (the action plugins and the
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils import fabric_health, gpu_health
+from ansible_collections.provision.cluster.plugins.module_utils import consistency, fabric_health, gpu_health
 from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome, env_python
 
 
@@ -312,7 +312,10 @@ def _keep_env(result):
 
 
 def _keep_nccl(result):
-    return {"socket_ifname": result.get("socket_ifname")}
+    iface = (result.get("interfaces") or {}).get(result.get("socket_ifname") or "") or result.get("link") or {}
+    return {"socket_ifname": result.get("socket_ifname"),
+            "link": {k: iface.get(k) for k in ("name", "mtu", "speed", "driver", "virtual")} if iface else {},
+            "kernel": result.get("kernel")}
 
 
 def _cluster_compare(cc):
@@ -341,6 +344,25 @@ def _cluster_fabric(cc):
     if not ports:
         return [], {}
     return fabric_health.cluster_link_layers(ports) + fabric_health.cluster_port_rates(ports), {}
+
+
+def _cluster_consistency(cc):
+    """The same platform on every node (kernel, the NCCL interface's MTU/speed/driver, NVIDIA driver,
+    CUDA, NCCL, RDMA firmware): a node that differs is named with the value."""
+    values = {}
+    for h in cc.order:
+        d = cc.data.get(h) or {}
+        nccl, gpu = d.get("nccl") or {}, (d.get("gpu") or {}).get("gpu") or {}
+        link = nccl.get("link") or {}
+        ports = ((d.get("fabric") or {}).get("fabric_health") or {}).get("ports") or []
+        versions = (d.get("versions") or {}).get("versions") or {}
+        row = {"mtu": link.get("mtu"), "speed": link.get("speed"), "nic_driver": link.get("driver"),
+               "kernel": nccl.get("kernel"), "nvidia_driver": gpu.get("driver_version"),
+               "cuda": gpu.get("driver_cuda_version"), "nccl": versions.get("nccl"),
+               "rdma_fw": ",".join(sorted({p.get("fw_ver") for p in ports if p.get("fw_ver")})) or None}
+        if d:
+            values[h] = {k: v for k, v in row.items() if v not in (None, "")}
+    return (consistency.compare(values) if values else []), {}
 
 
 def _keep_gpu_health(result):
@@ -431,6 +453,10 @@ CATALOG = [
          keep=_keep_fabric),
     Spec("fabric_consistency", "ib_link_layer", "one RDMA link layer and the same port rates on every node",
          phase=CLUSTER, group="fabric", needs=("fabric",), cluster=_cluster_fabric, stage="nccl_net", default=False),
+    Spec("consistency", "consistency",
+         "the same platform on every node: kernel, the NCCL interface's MTU (a difference fails), speed and driver, "
+         "NVIDIA driver, CUDA, NCCL, RDMA firmware", phase=CLUSTER, needs=("nccl", "gpu", "versions"),
+         cluster=_cluster_consistency),
     Spec("smoke", "allreduce", "all-reduce smoke test across all nodes (only with --smoke)", phase=SMOKE,
          stage="allreduce_smoke", default=False),
 ]
