@@ -84,8 +84,8 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         try:
-            selected = selection(args.get("select"), _bool(args.get("smoke", False)), _bool(args.get("in_site", False)),
-                                 task_vars)
+            selected, entries = selection(args.get("select"), _bool(args.get("smoke", False)),
+                                          _bool(args.get("in_site", False)), task_vars)
         except K.UnknownCheck as exc:
             return dict(result, failed=True, msg=str(exc))
         var = Variables(task_vars, self._templar, self._loader)
@@ -122,7 +122,7 @@ class ActionModule(ActionBase):
 
         extra = {}
         cc = K.ClusterContext(order, data_of, reused_of, var, reuse)
-        for name in K.expand(selected):
+        for name in entries:
             spec = K.BY_NAME[name]
             if spec.phase != K.CLUSTER or not spec.cluster:
                 continue

@@ -494,8 +494,9 @@ def reported(selected):
     return [s.name for s in CATALOG if s.group in set(selected)]
 
 
-def expand(selected):
-    """The entries to run for these public names: the reported ones and what they need."""
+def expand(selected, running=None):
+    """The entries to run for these public names: the reported ones and what they need (inside site.yml,
+    running: only those of the stages this run executes)."""
     names = set(reported(selected))
     todo = list(names)
     while todo:
@@ -503,7 +504,8 @@ def expand(selected):
             if need not in names:
                 names.add(need)
                 todo.append(need)
-    return [s.name for s in CATALOG if s.name in names]
+    return [s.name for s in CATALOG if s.name in names
+            and (running is None or s.stage is None or s.stage in running)]
 
 
 def describe():

@@ -119,10 +119,12 @@ def run_modules(action, jobs, task_vars, parallel=8):
 
 
 def selection(names, smoke, in_site, task_vars):
-    """The public checks to run: the catalog's selection; inside site.yml only those of the stages this
-    run executes (--skip-tags python_env leaves `versions` out: nothing made the environment)."""
+    """(public checks to report, catalog entries to run): the catalog's selection; inside site.yml only
+    those of the stages this run executes (--skip-tags python_env leaves `versions` out: nothing made
+    the environment), dependencies included."""
     selected = K.select(names, smoke)
+    running = None
     if in_site:
         running = running_stages("all", task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         selected = K.in_stages(selected, running)
-    return selected
+    return selected, K.expand(selected, running)

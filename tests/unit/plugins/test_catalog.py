@@ -169,12 +169,13 @@ def test_sshd_down_on_a_node_without_init_says_why_a_restart_lost_it():
 def test_site_yml_verify_pass_leaves_out_the_checks_of_skipped_stages():
     from ansible_collections.provision.cluster.plugins.plugin_utils.verify import selection
 
-    everything = selection(None, False, True, {"ansible_run_tags": ["all"], "ansible_skip_tags": []})
+    everything, _ = selection(None, False, True, {"ansible_run_tags": ["all"], "ansible_skip_tags": []})
     assert everything == K.select()
-    skipped = selection(None, False, True, {"ansible_run_tags": ["all"], "ansible_skip_tags": ["python_env"]})
+    skipped, entries = selection(None, False, True, {"ansible_run_tags": ["all"], "ansible_skip_tags": ["python_env"]})
     assert "versions" not in skipped and "sshd" in skipped
     # provision verify itself (not in site.yml) never leaves a check out for tags
-    assert selection(None, False, False, {"ansible_skip_tags": ["python_env"]}) == K.select()
+    assert selection(None, False, False, {"ansible_skip_tags": ["python_env"]})[0] == K.select()
+    assert "versions" not in entries and "compare" not in entries  # nor as what consistency needs
 
 
 def test_consistency_names_the_node_whose_mtu_differs_from_verify_data():
