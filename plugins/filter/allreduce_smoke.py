@@ -134,11 +134,10 @@ def allreduce_smoke_isolated(result, rounds, nodes, reachable, timeout):
     reachable = list(reachable)
     verdict = isolation_verdict(reachable, rounds, timeout=float(timeout))
     failures = list(result.get("failures") or [])
-    for n in nodes:
-        if n not in reachable:
-            failures.append({"check": "bad_node", "status": "fail", "fix": "look at %s (console, hypervisor; a paused "
-                             "container: podman unpause), or leave it out: --limit '!%s'" % (n, n),
-                             "detail": "%s did not answer within %s s (Ansible could not reach it)" % (n, timeout)})
+    missing = [n for n in nodes if n not in reachable]
+    for n in missing:
+        if not any(f.get("check") == "bad_node" and f.get("node") == n for f in failures):
+            failures.append(_unreachable_failure(n))
     for bad in verdict["bad"]:
         failures.append({"check": "bad_node", "status": "fail", "detail": bad["detail"],
                          "fix": "check %s: its cluster link (ethtool/ip -s link: speed, errors, MTU, a qdisc), the "
@@ -152,12 +151,34 @@ def allreduce_smoke_isolated(result, rounds, nodes, reachable, timeout):
             outs.append("%s%s" % (r.get("status"), " %.3g GB/s" % r["busbw"] if r.get("busbw") else
                                   (" (%s)" % r["detail"] if r.get("detail") else "")))
         outcome_rounds.append({"pairs": rnd["pairs"], "outcome": outs})
-    result["isolation"] = {"rounds": outcome_rounds, "bad": [b["node"] for b in verdict["bad"]],
-                           "reference_gbps": verdict["reference"], "summary": verdict["summary"]}
+    summary = verdict["summary"]
+    if missing:
+        summary = "%s dropped out of the run (did not answer, or failed earlier); among the others: %s" % (
+            ", ".join(missing), summary)
+    result["isolation"] = {"rounds": outcome_rounds, "bad": missing + [b["node"] for b in verdict["bad"]],
+                           "reference_gbps": verdict["reference"], "summary": summary}
     result["failures"] = failures
     if failures:
         result["status"] = "fail"
     return result
+
+
+def _unreachable_failure(node):
+    return {"check": "bad_node", "status": "fail", "node": node,
+            "detail": "%s dropped out of this run before the all-reduce (it did not answer: down, frozen, its sshd "
+                      "hung; or an earlier task failed on it): the all-reduce could not include it" % node,
+            "fix": "look at %s (console, hypervisor; a paused container: podman unpause), or leave it out: "
+                   "--limit '!%s'" % (node, node)}
+
+
+def allreduce_smoke_unreachable(nodes, reachable):
+    """The result when some node did not answer before the run: no all-node run (the others would wait
+    for it until their rendezvous timeout), each missing node named; the pairs then test the others."""
+    missing = [n for n in nodes if n not in list(reachable)]
+    result = {"status": "fail", "backend": None, "world_size": 0, "nodes": len(list(nodes)), "rows": [], "tcp": [],
+              "tcp_ring": [], "links": [], "per_node": {}, "slow_links": [], "correct": False,
+              "failures": [_unreachable_failure(n) for n in missing], "warnings": []}
+    return allreduce_smoke_lines(result)
 
 
 def allreduce_smoke_lines(result):
@@ -175,4 +196,5 @@ class FilterModule:
                 "allreduce_smoke_pair_config": allreduce_smoke_pair_config,
                 "allreduce_smoke_pair_round": allreduce_smoke_pair_round,
                 "allreduce_smoke_isolated": allreduce_smoke_isolated,
-                "allreduce_smoke_lines": allreduce_smoke_lines}
+                "allreduce_smoke_lines": allreduce_smoke_lines,
+                "allreduce_smoke_unreachable": allreduce_smoke_unreachable}

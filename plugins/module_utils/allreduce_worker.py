@@ -295,8 +295,14 @@ def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_ra
         n = max(int(size) // 4, 1)
         pattern = (torch.arange(n, dtype=torch.int64, device=device) % 3)
         t = rank_value(pattern, rank).to(torch.float32)
+        dist.barrier()
+        once = time.perf_counter()
         allreduce(t)
         sync()
+        # the checked all-reduce is also the probe of this size's time (the slowest rank's, so every rank
+        # decides the same): warm-up and timed iterations as asked, but within the per-size time budget,
+        # so a degraded link (a size taking seconds) costs one or two iterations, not a dozen
+        probe = torch.tensor([time.perf_counter() - once], dtype=torch.float64, device=device)
         expect = expected_value(pattern, world).to(torch.float32)
         bad = int((t != expect).sum().item())
         if bad:
@@ -306,17 +312,14 @@ def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_ra
                  "expected": float(expect[first])})
         mismatches += bad
         del expect, pattern
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+        affordable = int(budget / max(float(probe.item()), 1e-6))
+        n_warm = max(0, min(warmup, affordable - 1))
+        n_iter = max(1, min(iters, affordable))
         t.zero_()
-        for _ in range(warmup):
+        for _ in range(n_warm):
             allreduce(t)
         sync()
-        # iterations: as asked, but no more than the per-size time budget allows (same on all ranks)
-        once = time.perf_counter()
-        allreduce(t)
-        sync()
-        probe = torch.tensor([time.perf_counter() - once], dtype=torch.float64, device=device)
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX)
-        n_iter = max(3, min(iters, int(budget / max(float(probe.item()), 1e-6))))
         dist.barrier()
         t1 = time.perf_counter()
         for _ in range(n_iter):

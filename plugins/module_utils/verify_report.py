@@ -31,7 +31,8 @@ def unreachable(node, conn, message=""):
     where = "%s port %s" % (host, conn.get("port") or 22)
     ssh = "`ssh %s%s%s true`" % (port_opt, user, host)
     cls = classify_ssh_error(message or "")[0] if message else "other"
-    if "did not answer within" in detail or ("timed out" in detail and "banner" in detail):
+    if ("did not answer within" in detail or ("timed out" in detail and "banner" in detail)
+            or "in the expected time frame" in detail or "read from master failed" in detail):
         cls = "frozen"
     if cls == "permission_denied":
         return ("%s answers on %s but refused our key: %s" % (node, where, detail),
