@@ -27,7 +27,7 @@ import re
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils import netinfo
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import limits as runtime_limits
 
 CATEGORIES = ("ib_port_state", "ib_port_rate", "ib_counters", "ib_mtu", "gdr_peermem", "pcie_acs",
               "rdma_devices", "rdma_memlock")
@@ -493,8 +493,8 @@ def check_rdma_devices(ports, dev_entries, in_container, node=None):
 
 def check_memlock(limits, devices, in_container, runtime, capeff=None, node=None):
     """node_runtime's memlock rule (unlimited where RDMA devices exist), as a Check record."""
-    res = nr.check_memlock(limits, {"present": bool(devices), "devices": list(devices)}, in_container, runtime,
-                           capeff=capeff, require="auto", source="module")
+    res = runtime_limits.check_memlock(limits, {"present": bool(devices), "devices": list(devices)}, in_container,
+                                       runtime, capeff=capeff, require="auto", source="module")
     return [C.check("rdma_memlock", res["status"], res["detail"], res["fix"], node,
                     {"category": "rdma_memlock", "value": res.get("measured"), "limit": res.get("required")})]
 

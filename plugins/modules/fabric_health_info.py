@@ -134,7 +134,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import node_facts
 
 MAX_INTERVAL = 60
 
@@ -186,8 +186,8 @@ def collect(module):
              "acs": [], "acs_pairs": [], "dev_infiniband": [], "in_container": False}
     if not ports:
         return facts, F.skipped_all("no RDMA device under /sys/class/infiniband", node)
-    snap = nr.collect_snapshot(root=root)
-    container = nr.detect_container(snap)
+    snap = node_facts.collect_snapshot(root=root)
+    container = node_facts.detect_container(snap)
     facts["in_container"] = bool(container["container"])
     interval = max(0, min(p["counter_interval"], MAX_INTERVAL))
     first = F.read_counters(sys_root)
@@ -230,8 +230,8 @@ def collect(module):
         dev_entries = []
     facts["dev_infiniband"] = dev_entries
     limits_text = (snap.get("files") or {}).get("/proc/self/limits")
-    limits = nr.parse_limits(limits_text) if limits_text else None
-    capeff = nr.parse_capeff((snap.get("files") or {}).get("/proc/self/status"))
+    limits = node_facts.parse_limits(limits_text) if limits_text else None
+    capeff = node_facts.parse_capeff((snap.get("files") or {}).get("/proc/self/status"))
     records = F.fabric_checks(ports, first, second, interval, devinfo, p["required_ports"], bool(gpus),
                               loaded, memory_peers, acs, pairs, denied, dev_entries, facts["in_container"],
                               container.get("runtime"), limits, capeff, node)

@@ -177,7 +177,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import node_facts
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/usr/sbin", "/sbin", "/bin"]
 MAX_LOAD_SECONDS = 60
@@ -268,7 +268,7 @@ def collect(module):
              "xids": [], "kernel_log": "", "pci": H.pci_nvidia_devices(sys_root), "fabric_manager_running": None,
              "in_container": False, "loaded": False, "dcgm": {}}
     try:
-        facts["in_container"] = bool(nr.detect_container(nr.collect_snapshot(root=root))["container"])
+        facts["in_container"] = bool(node_facts.detect_container(node_facts.collect_snapshot(root=root))["container"])
     except Exception:  # a snapshot that cannot be read leaves the node counted as not a container
         facts["in_container"] = False
     smi = module.get_bin_path("nvidia-smi", opt_dirs=NVIDIA_BIN_DIRS)

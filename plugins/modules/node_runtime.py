@@ -157,10 +157,12 @@ import subprocess
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    apply_container_policy, check_memlock, check_nofile, check_shm, collect_snapshot, docker_size,
-    fstab_with_shm, limits_dropin_lines, node_identity, pam_limit_culprits, parse_capeff, parse_limits, parse_size,
-    render_dropin, runtime_facts, validate_dropin,
+from ansible_collections.provision.cluster.plugins.module_utils.limits import (
+    apply_container_policy, check_memlock, check_nofile, check_shm, docker_size, fstab_with_shm, limits_dropin_lines,
+    pam_limit_culprits, parse_size, render_dropin, validate_dropin,
+)
+from ansible_collections.provision.cluster.plugins.module_utils.node_facts import (
+    collect_snapshot, node_identity, parse_capeff, parse_limits, runtime_facts,
 )
 
 MEASURE = "cat /proc/self/limits /proc/self/status"

@@ -99,7 +99,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
+from ansible_collections.provision.cluster.plugins.module_utils.landing import (
     LANDING_SCRIPT, landing_checks, landing_from_report, landing_pair,
 )
 

@@ -264,14 +264,14 @@ def test_a_large_log_is_read_quickly():
 
 # --------------------------------------------------------------------------- the smoke test and node_runtime use it
 def test_the_smoke_test_and_node_runtime_read_the_same_mapping():
-    from ansible_collections.provision.cluster.plugins.module_utils import allreduce_smoke, node_runtime
+    from ansible_collections.provision.cluster.plugins.module_utils import allreduce_smoke
 
     assert allreduce_smoke.classify_log is dg.classify_log
     text = read(RUNTIME / "nccl-shm-fallocate.log")
-    cause, why, fix = node_runtime.explain_nccl_resource_error(text)
+    cause, why, fix = dg.explain_resource_error(text)
     assert cause == "shm" and (why, fix) == (dg.BY_ID["shm"].detail, dg.BY_ID["shm"].fix)
     assert set(dg.RESOURCE_CAUSES) == {"shm", "ipc", "memlock", "nofile"}
-    assert node_runtime.explain_nccl_resource_error(read(PUBLIC / "hccl-nic-down.log")) is None
+    assert dg.explain_resource_error(read(PUBLIC / "hccl-nic-down.log")) is None
 
 
 def test_cause_ids_are_known_and_fixes_are_one_line():

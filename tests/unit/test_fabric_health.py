@@ -16,7 +16,7 @@ from .netenv_trees import seed_ib_tree
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import node_facts as NF
 
 HEALTH = REPO / "tests" / "fixtures" / "health"
 RUNTIME = REPO / "tests" / "fixtures" / "runtime"
@@ -306,8 +306,8 @@ def test_rdma_devices_visible():
 
 def test_memlock_uses_node_runtime_rule_on_a_real_container_snapshot():
     snap = json.loads((RUNTIME / "podman-node2-memlock64k-nofile1024.json").read_text())
-    limits = nr.parse_limits(snap["files"]["/proc/self/limits"])
-    runtime = nr.detect_container(snap)
+    limits = NF.parse_limits(snap["files"]["/proc/self/limits"])
+    runtime = NF.detect_container(snap)
     (rec,) = F.check_memlock(limits, ["mlx5_1"], runtime["container"], runtime["runtime"], node="node2")
     assert rec["status"] == C.FAIL and rec["check"] == "rdma_memlock"
     assert "--ulimit memlock=-1:-1" in rec["fix"] and rec["data"]["value"] == 65536
