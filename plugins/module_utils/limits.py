@@ -13,42 +13,9 @@ from __future__ import annotations
 
 import re
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
-KIB = 1024
+from ansible_collections.provision.cluster.plugins.module_utils.sizes import GIB, docker_size, human
+
 CAP_IPC_LOCK = 14
-
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.I)
-
-
-def parse_size(value):
-    """'1g', '64m', '2GiB', '1073741824' -> bytes (binary units, as docker/podman --shm-size)."""
-    if isinstance(value, int):
-        return value
-    m = _SIZE.match(str(value))
-    if not m:
-        raise ValueError("not a size: %r (use e.g. 64m, 1g, 2GiB or bytes)" % (value,))
-    mult = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": GIB * 1024}[m.group(2).lower()]
-    return int(float(m.group(1)) * mult)
-
-
-def human(nbytes):
-    """Bytes -> the shortest exact-ish binary form: 64 MiB, 1 GiB, 1.5 GiB, 8 KiB."""
-    if nbytes is None:
-        return "unlimited"
-    for unit, size in (("TiB", GIB * 1024), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if nbytes >= size:
-            val = nbytes / float(size)
-            return ("%d %s" % (val, unit)) if val == int(val) else ("%.1f %s" % (val, unit))
-    return "%d B" % nbytes
-
-
-def docker_size(nbytes):
-    """Bytes -> a --shm-size / sizeLimit argument rounded up to a whole unit: 2g, 512m."""
-    if nbytes % GIB == 0 or nbytes >= GIB:
-        return "%dg" % -(-nbytes // GIB)
-    return "%dm" % -(-nbytes // MIB)
 
 
 def required_shm(gpus, minimum=GIB, per_gpu=2 * GIB):

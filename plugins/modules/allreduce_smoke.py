@@ -202,9 +202,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker
 from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (
-    fingerprint, parse_nccl_log, parse_size, summarize, table_lines)
+    fingerprint, parse_nccl_log, summarize, table_lines)
 from ansible_collections.provision.cluster.plugins.module_utils.files import NotPrivate, private_dir
 from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
+from ansible_collections.provision.cluster.plugins.module_utils.sizes import parse_size
 
 LOG_KEEP = 200          # lines of each rank log returned to the controller
 LOG_INTERESTING = ("WARN", "Error", "error", "Timeout", "timed out", "EADDRINUSE", "refused",

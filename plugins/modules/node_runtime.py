@@ -158,12 +158,13 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.limits import (
-    apply_container_policy, check_memlock, check_nofile, check_shm, docker_size, fstab_with_shm, limits_dropin_lines,
-    pam_limit_culprits, parse_size, render_dropin, validate_dropin,
+    apply_container_policy, check_memlock, check_nofile, check_shm, fstab_with_shm, limits_dropin_lines,
+    pam_limit_culprits, render_dropin, validate_dropin,
 )
 from ansible_collections.provision.cluster.plugins.module_utils.node_facts import (
     collect_snapshot, node_identity, parse_capeff, parse_limits, runtime_facts,
 )
+from ansible_collections.provision.cluster.plugins.module_utils.sizes import docker_size, parse_size
 
 MEASURE = "cat /proc/self/limits /proc/self/status"
 

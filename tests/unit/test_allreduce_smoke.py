@@ -22,6 +22,7 @@ import helpers  # noqa: F401  (puts collections/ on sys.path)
 from helpers import REPO
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_smoke as ar
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker as worker
+from ansible_collections.provision.cluster.plugins.module_utils import sizes
 from ansible_collections.provision.cluster.plugins.modules import allreduce_smoke as mod
 
 H100 = helpers.FIXTURES / "h100-node"
@@ -37,12 +38,12 @@ def text(path: Path) -> str:
 @pytest.mark.parametrize("value,expected", [("64M", 64 << 20), ("64MiB", 64 << 20), ("4k", 4096),
                                             (4096, 4096), ("1G", 1 << 30), ("512", 512)])
 def test_parse_size(value, expected):
-    assert ar.parse_size(value) == expected
+    assert sizes.parse_size(value) == expected
 
 
 def test_parse_size_rejects_garbage():
     with pytest.raises(ValueError, match="not a size"):
-        ar.parse_size("64 parsecs")
+        sizes.parse_size("64 parsecs")
 
 
 def test_bandwidth_matches_nccl_tests_definition():

@@ -10,6 +10,7 @@ from helpers import REPO
 from ansible_collections.provision.cluster.plugins.module_utils import landing as LD
 from ansible_collections.provision.cluster.plugins.module_utils import limits as LIM
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts as NF
+from ansible_collections.provision.cluster.plugins.module_utils import sizes
 from ansible_collections.provision.cluster.plugins.module_utils.diagnose import explain_resource_error
 
 RT = REPO / "tests" / "fixtures" / "runtime"
@@ -75,13 +76,25 @@ def test_ldconfig_has_no_driver_in_lab():
 
 
 def test_sizes():
-    assert LIM.parse_size("64m") == 64 * LIM.MIB
-    assert LIM.parse_size("2GiB") == 2 * LIM.GIB
-    assert LIM.parse_size("1073741824") == LIM.GIB
+    assert sizes.parse_size("64m") == 64 * sizes.MIB
+    assert sizes.parse_size("2GiB") == 2 * sizes.GIB
+    assert sizes.parse_size("1073741824") == sizes.GIB
     with pytest.raises(ValueError):
-        LIM.parse_size("lots")
-    assert LIM.human(64 * LIM.MIB) == "64 MiB" and LIM.human(None) == "unlimited"
-    assert LIM.docker_size(16 * LIM.GIB) == "16g" and LIM.docker_size(512 * LIM.MIB) == "512m"
+        sizes.parse_size("lots")
+    assert sizes.human(64 * sizes.MIB) == "64 MiB" and sizes.human(None) == "unlimited"
+    assert sizes.docker_size(16 * sizes.GIB) == "16g" and sizes.docker_size(512 * sizes.MIB) == "512m"
+
+
+def test_one_size_parser_for_shm_sizes_and_message_sizes():
+    # node_runtime's spellings (docker/podman --shm-size) and the smoke test's (nccl-tests -b/-e)
+    for spelling in ("64m", "64M", "64MiB", "64MB", "64mb", "65536k", "65536KiB"):
+        assert sizes.parse_size(spelling) == 64 * sizes.MIB, spelling
+    assert sizes.parse_size("1t") == sizes.TIB and sizes.parse_size(4096) == 4096
+    with pytest.raises(ValueError, match="not a size"):
+        sizes.parse_size("64 parsecs")
+    # shown rounded for limits, exact for the all-reduce table's message sizes
+    assert sizes.human(1536 * sizes.MIB) == "1.5 GiB" and sizes.human(1536 * sizes.MIB, exact=True) == "1536 MiB"
+    assert sizes.human(1000, exact=True) == "1000 B" and sizes.human(64 * sizes.MIB, exact=True) == "64 MiB"
 
 
 # ---------------------------------------------------------------- detection
@@ -137,7 +150,7 @@ def test_namespace_comparison_needs_host_pid():
 
 def test_shm_gpus_rdma_of_lab():
     facts = NF.runtime_facts(snap(SHM64))
-    assert facts["shm"]["size"] == 64 * LIM.MIB and facts["shm"]["free"] == 64 * LIM.MIB
+    assert facts["shm"]["size"] == 64 * sizes.MIB and facts["shm"]["free"] == 64 * sizes.MIB
     assert facts["gpus"]["count"] == 0 and facts["gpus"]["notes"] == []
     assert facts["rdma"] == {"devices": [], "uverbs": [], "present": False}
     assert facts["nr_open"] == 1048576
@@ -164,16 +177,16 @@ def test_gpus_with_device_nodes():
 
 
 def test_required_shm_rule():
-    assert LIM.required_shm(0) == LIM.GIB
-    assert LIM.required_shm(1) == 2 * LIM.GIB
-    assert LIM.required_shm(8) == 16 * LIM.GIB
-    assert LIM.required_shm(8, minimum=LIM.GIB, per_gpu=LIM.GIB // 2) == 4 * LIM.GIB
+    assert LIM.required_shm(0) == sizes.GIB
+    assert LIM.required_shm(1) == 2 * sizes.GIB
+    assert LIM.required_shm(8) == 16 * sizes.GIB
+    assert LIM.required_shm(8, minimum=sizes.GIB, per_gpu=sizes.GIB // 2) == 4 * sizes.GIB
 
 
 def test_check_shm_64m_container_names_fix():
     f = NF.runtime_facts(snap(SHM64))
     c = LIM.check_shm(f["shm"], 0, True, "podman")
-    assert c["status"] == "fail" and c["measured"] == 64 * LIM.MIB and c["required"] == LIM.GIB
+    assert c["status"] == "fail" and c["measured"] == 64 * sizes.MIB and c["required"] == sizes.GIB
     assert "/dev/shm is 64 MiB, need >= 1 GiB" in c["detail"]
     assert "podman run --shm-size=1g" in c["fix"] and "--ipc=host" in c["fix"]
     k8s = LIM.check_shm(f["shm"], 8, True, "kubernetes")
@@ -185,7 +198,7 @@ def test_check_shm_healthy_and_bare_metal():
     assert LIM.check_shm(f["shm"], 0, True, "podman")["status"] == "pass"
     bad = LIM.check_shm(f["shm"], 4, False, None)
     assert bad["status"] == "fail" and "node_runtime_manage_shm: true" in bad["fix"]
-    full = dict(f["shm"], free=10 * LIM.MIB)
+    full = dict(f["shm"], free=10 * sizes.MIB)
     assert LIM.check_shm(full, 0, True, "podman")["status"] == "warn"
 
 
@@ -205,7 +218,7 @@ def test_check_memlock_rules():
     lock_lim = NF.parse_limits(lock["files"]["/proc/self/limits"])
     lock_cap = NF.parse_capeff(lock["files"]["/proc/self/status"])
     passed = LIM.check_memlock(lock_lim, rdma, True, "podman", lock_cap)
-    assert passed["status"] == "pass" and "CAP_IPC_LOCK" in passed["detail"] and lock_lim["memlock"][0] == 8 * LIM.MIB
+    assert passed["status"] == "pass" and "CAP_IPC_LOCK" in passed["detail"] and lock_lim["memlock"][0] == 8 * sizes.MIB
     assert LIM.check_memlock({"memlock": (None, None)}, rdma, True, "podman")["status"] == "pass"
     assert "IPC_LOCK" in LIM.check_memlock(lim, rdma, True, "kubernetes")["fix"]
 
@@ -270,7 +283,7 @@ def test_container_fix_per_runtime():
     assert LIM.container_fix("docker", "nofile", nofile=65536) == \
         "re-create the container with `docker run --ulimit nofile=65536:65536`"
     assert "replaces containers.conf" in LIM.container_fix("podman", "memlock")
-    assert "equivalent" in LIM.container_fix("lxc", "shm", size=LIM.GIB)
+    assert "equivalent" in LIM.container_fix("lxc", "shm", size=sizes.GIB)
 
 
 # ---------------------------------------------------------------- landing
