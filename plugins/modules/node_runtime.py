@@ -152,7 +152,6 @@ dropin:
 import grp
 import os
 import pwd
-import shlex
 import subprocess
 import uuid
 
@@ -165,24 +164,15 @@ from ansible_collections.provision.cluster.plugins.module_utils.node_facts impor
     collect_snapshot, node_identity, parse_capeff, parse_limits, runtime_facts,
 )
 from ansible_collections.provision.cluster.plugins.module_utils.sizes import docker_size, parse_size
+from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 MEASURE = "cat /proc/self/limits /proc/self/status"
 
 
-def _as_user(module, user, argv):
-    """argv run as user (root runs it directly when user is root)."""
-    if pwd.getpwuid(os.getuid()).pw_name == user:
-        return argv
-    runuser = module.get_bin_path("runuser") or module.get_bin_path("su")
-    if runuser and runuser.endswith("runuser"):
-        return [runuser, "-u", user, "--"] + argv
-    return [runuser, "-s", "/bin/sh", user, "-c", " ".join(shlex.quote(a) for a in argv)]
-
-
-def _run(argv, timeout):
+def _run(argv, timeout, **popen):
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, **popen)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 255, "", str(exc)
     return proc.returncode, proc.stdout, proc.stderr
@@ -202,11 +192,15 @@ def measure_limits(module, p):
             if not ssh:
                 notes.append("ssh: no ssh client")
                 continue
-            argv = _as_user(module, p["cluster_user"], [
-                ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % p["ssh_timeout"],
-                p["ssh_host"], MEASURE])
-            rc, out, err = _run(argv, p["ssh_timeout"] + 10)
+            popen, error = as_user(p["cluster_user"])
+            if error:
+                notes.append("ssh: %s" % error)
+                continue
+            argv = [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % p["ssh_timeout"], p["ssh_host"], MEASURE]
+            rc, out, err = _run(argv, p["ssh_timeout"] + 10, **popen)
         elif source == "login":
+            # Not as_user: a PAM login session on purpose (pam_limits and the rest of the session
+            # stack apply, as sshd's do), which is what this source measures.
             runuser = module.get_bin_path("runuser")
             if not runuser:
                 notes.append("login: no runuser")

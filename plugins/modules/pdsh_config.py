@@ -108,7 +108,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.pdsh import missing_answers, parse_pdsh_output
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user
+from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 
 def _read(path):

@@ -145,8 +145,9 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.landing import (
     LANDING_SCRIPT, landing_checks, landing_pair, parse_landing_report)
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (as_user, classify_ssh_error,
-                                                                              strict_modes_check, strict_modes_problems)
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (classify_ssh_error, strict_modes_check,
+                                                                              strict_modes_problems)
+from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 
 def run_cell(ssh, target, expect, p, deadline, popen_user):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import helpers  # noqa: F401
 import pytest
-from ansible_collections.provision.cluster.plugins.module_utils import pdsh, ssh_mesh, sshd
+from ansible_collections.provision.cluster.plugins.module_utils import pdsh, ssh_mesh, sshd, users
 
 OURS = Path(__file__).resolve().parent.parent / "fixtures" / "ssh"
 K1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJbawRjG3MDzSAy7cj9UgH4Pd4tZ57YEk09lJy0a0RZ3"
@@ -197,12 +197,12 @@ def test_as_user():
     import pwd
 
     me = pwd.getpwuid(os.getuid()).pw_name
-    kwargs, err = ssh_mesh.as_user(me, {"PDSH_RCMD_TYPE": "ssh"})
+    kwargs, err = users.as_user(me, {"PDSH_RCMD_TYPE": "ssh"})
     assert err is None and "user" not in kwargs and "preexec_fn" not in kwargs
     assert kwargs["env"]["PDSH_RCMD_TYPE"] == "ssh" and kwargs["env"]["USER"] == me
-    assert ssh_mesh.as_user("no-such-user-provision")[1] == "user no-such-user-provision does not exist"
+    assert users.as_user("no-such-user-provision")[1] == "user no-such-user-provision does not exist"
     if os.getuid() == 0:
-        kwargs, err = ssh_mesh.as_user("nobody")
+        kwargs, err = users.as_user("nobody")
         assert err is None and kwargs["user"] == pwd.getpwnam("nobody").pw_uid
 
 
