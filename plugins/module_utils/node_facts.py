@@ -59,6 +59,7 @@ DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
 
 
 def _read(path, limit=1 << 20):
+    # not files.read_text: this file runs alone on a node (capture.py), and the error is recorded
     with open(path, "rb") as handle:
         return handle.read(limit).decode("utf-8", "replace")
 

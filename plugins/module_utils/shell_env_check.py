@@ -15,6 +15,7 @@ import re
 import shlex
 import subprocess
 
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
 from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 FIX = "ansible-playbook site.yml --tags shell_env"
@@ -131,11 +132,7 @@ def check_env(user, bashrc, ssh_host, timeout, get_bin_path, split_block, find_g
         return {"expected": {}, "seen": {}, "where": {},
                 "checks": [result("fail", "user %s does not exist" % user, "ansible-playbook site.yml --tags ssh_mesh")]}
     path = bashrc or os.path.join(home, ".bashrc")
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            text = fh.read()
-    except OSError:
-        text = None
+    text = read_text(path)
     layout = block_layout(text, split_block, find_guard)
     expected = block_exports(layout["block"] or "")
     names = wanted_names(expected)

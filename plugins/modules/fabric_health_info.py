@@ -135,6 +135,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
 
 MAX_INTERVAL = 60
 
@@ -147,14 +148,6 @@ def _run(argv, timeout):
     except OSError as exc:
         return 127, "", str(exc)
     return proc.returncode, proc.stdout, proc.stderr
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
 def acs_pairs(sys_root, gpus, devices):
@@ -204,7 +197,7 @@ def collect(module):
             rc, out, _err = _run([exe], timeout)
             devinfo = F.parse_ibv_devinfo(out) if rc == 0 else None
             facts["devinfo"] = devinfo or {}
-    modules_text = _read(os.path.join(proc_root, "modules"))
+    modules_text = read_text(os.path.join(proc_root, "modules"), errors="replace")
     loaded = F.parse_proc_modules(modules_text)
     facts["peermem"] = sorted(m for m in ("nvidia_peermem", "nv_peer_mem") if m in loaded)
     memory_peers = os.path.exists(os.path.join(sys_root, "kernel", "mm", "memory_peers", "nv_mem", "version"))

@@ -178,6 +178,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/usr/sbin", "/sbin", "/bin"]
 MAX_LOAD_SECONDS = 60
@@ -201,17 +202,9 @@ def _first_line(*texts):
     return ""
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 def read_kernel_log(module, root, timeout):
     """(text, source, reason): dmesg where the kernel lets this user read it, else journalctl -k."""
-    restrict = _read(os.path.join(root, "proc", "sys", "kernel", "dmesg_restrict"))
+    restrict = read_attr(os.path.join(root, "proc", "sys", "kernel", "dmesg_restrict"))
     tried = []
     dmesg = module.get_bin_path("dmesg")
     if dmesg and (os.geteuid() == 0 or restrict in ("0", None)):

@@ -156,6 +156,7 @@ import subprocess
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
 from ansible_collections.provision.cluster.plugins.module_utils.limits import (
     apply_container_policy, check_memlock, check_nofile, check_shm, fstab_with_shm, limits_dropin_lines,
     pam_limit_culprits, render_dropin, validate_dropin,
@@ -216,48 +217,24 @@ def measure_limits(module, p):
     return {}, None, "none", notes
 
 
-def write_file(module, path, content, mode, result, validate=None):
-    """Atomic write when content differs; honours check mode; records a diff."""
-    try:
-        with open(path) as fh:
-            before = fh.read()
-    except OSError:
-        before = None
-    if before == content:
-        return False
-    if validate:
-        validate(content)
-    result["diff"].append({"before_header": path, "after_header": path,
-                           "before": before or "", "after": content or ""})
-    if module.check_mode:
-        return True
+def write_file(w, path, content):
+    """content (None: no file) at path, a file made here 0644 (check mode and --diff: see FileWriter)."""
     if content is None:
-        os.unlink(path)
-        return True
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = "%s.provision-tmp" % path
-    with open(tmp, "w") as fh:
-        fh.write(content)
-    os.chmod(tmp, mode)
-    module.atomic_move(tmp, path)
-    return True
+        return w.remove(path)
+    return w.write(path, content, mode=0o644, new_only=True, dir_mode=0o755)
 
 
-def node_token(module, p, result):
+def node_token(w, p, result):
     """'<inventory name> <nonce>', kept while the name matches."""
-    try:
-        with open(p["node_id_file"]) as fh:
-            current = fh.read().strip()
-    except OSError:
-        current = ""
+    current = (read_text(p["node_id_file"]) or "").strip()
     if not p["node_id"]:
         return current
     if current.split()[:1] == [p["node_id"]]:
         return current
     token = "%s %s" % (p["node_id"], uuid.uuid4().hex)
-    if write_file(module, p["node_id_file"], token + "\n", 0o644, result):
+    if write_file(w, p["node_id_file"], token + "\n"):
         result["changed"] = True
-    return current if module.check_mode else token
+    return current if w.module.check_mode else token
 
 
 def pam_files(ours):
@@ -268,14 +245,8 @@ def pam_files(ours):
         paths += [os.path.join(dropins, n) for n in sorted(os.listdir(dropins)) if n.endswith(".conf")]
     except OSError:
         pass
-    out = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                out.append((path, fh.read()))
-        except OSError:
-            continue
-    return out
+    texts = [(path, read_text(path, errors="replace")) for path in paths]
+    return [(path, text) for path, text in texts if text is not None]
 
 
 def user_groups(user):
@@ -312,7 +283,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    result = {"changed": False, "diff": [], "notes": []}
+    result = {"changed": False, "notes": []}
+    w = FileWriter(module)
     try:
         shm_min, shm_per_gpu = parse_size(p["shm_min"]), parse_size(p["shm_per_gpu"])
     except ValueError as exc:
@@ -330,7 +302,7 @@ def main():
     gpus = p["gpus"] if p["gpus"] is not None else facts["gpus"]["count"]
     require = p["require_memlock_unlimited"]
     memlock_wanted = facts["rdma"]["present"] if require == "auto" else require == "true"
-    token = node_token(module, p, result)
+    token = node_token(w, p, result)
 
     limits, capeff, source, notes = measure_limits(module, p)
     result["notes"] += notes
@@ -346,8 +318,9 @@ def main():
                   "# Limits for the training user's sessions (pam_limits). Changes here are overwritten.\n")
         content = render_dropin(dropin, header) if dropin else None
         try:
-            wrote = write_file(module, p["limits_file"], content, 0o644, result,
-                               validate=validate_dropin if content else None)
+            if content:
+                validate_dropin(content)
+            wrote = write_file(w, p["limits_file"], content)
         except (ValueError, OSError) as exc:
             module.fail_json(msg="%s: %s" % (p["limits_file"], exc), changed=result["changed"])
         if wrote:
@@ -366,12 +339,8 @@ def main():
                 if rc != 0:
                     module.fail_json(msg="remount of /dev/shm to %s failed: %s" % (docker_size(need), err.strip()), **result)
                 facts["shm"] = runtime_facts(collect_snapshot())["shm"]
-            try:
-                with open(p["fstab"]) as fh:
-                    fstab = fh.read()
-            except OSError:
-                fstab = ""
-            write_file(module, p["fstab"], fstab_with_shm(fstab, docker_size(need)), 0o644, result)
+            fstab = read_text(p["fstab"], "")
+            write_file(w, p["fstab"], fstab_with_shm(fstab, docker_size(need)))
 
     lim_json = {k: {"soft": v[0], "hard": v[1]} for k, v in limits.items() if k in ("memlock", "nofile")}
     lim_json.update({"source": source, "capeff": "%x" % capeff if capeff is not None else None})
@@ -395,8 +364,8 @@ def main():
     apply_container_policy(checks, in_container, p["on_container_limit"])
     result.update(checks=checks, limits=lim_json, dropin=[" ".join(x) for x in dropin],
                   ansible_facts={"node_runtime": facts})
-    if not module._diff:
-        result.pop("diff")
+    if module._diff:
+        result["diff"] = w.diffs
     failed = [c for c in checks if c["status"] == "fail"]
     if p["fail_on_check"] and failed:
         who = (p["node_id"] + ": ") if p["node_id"] else ""

@@ -84,6 +84,7 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
 from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
 
 
@@ -144,11 +145,8 @@ def _checks(p, check, versions):
 
 
 def _write_cache(module, path, key, versions):
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"key": key, "versions": versions}, fh)
-        module.atomic_move(tmp, path)
+        FileWriter(module).write(path, json.dumps({"key": key, "versions": versions}))
     except OSError as exc:   # a cache that cannot be written only costs the next run a probe
         module.warn(f"could not write the versions cache {path}: {exc}")
 

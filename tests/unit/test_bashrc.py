@@ -204,3 +204,18 @@ def test_module_check_diff_then_write_then_idempotent(tmp_path):
     assert again["changed"] is False and {c["status"] for c in again["checks"]} == {"pass"}
     gone = _module(tmp_path, dict(args, state="absent"))
     assert gone["changed"] is True and rc.read_text() == SKEL and ds.read_text() == ""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a file for another user needs root")
+def test_module_gives_the_files_it_makes_to_the_user(tmp_path):
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    rc, ds = tmp_path / "bashrc", tmp_path / "ds_env"
+    args = {"user": "nobody", "bashrc": str(rc), "env": {"NCCL_SOCKET_IFNAME": "eth1"},
+            "deepspeed_env": str(ds), "deepspeed_vars": {"NCCL_SOCKET_IFNAME": "eth1"}}
+    done = _module(tmp_path, args)
+    assert done["changed"] is True
+    for made in (rc, ds):
+        st = made.stat()
+        assert (st.st_uid, st.st_gid, oct(st.st_mode & 0o777)) == (nobody.pw_uid, nobody.pw_gid, "0o644"), made
+
