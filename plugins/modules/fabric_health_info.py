@@ -57,17 +57,11 @@ options:
       Commands still run on the node.
     type: path
     default: /
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff_mode mode) when in diff mode.
-    support: none
 seealso:
   - module: provision.cluster.nccl_net_facts
   - module: provision.cluster.gpu_health_info
   - module: provision.cluster.node_runtime
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""

@@ -87,19 +87,16 @@ options:
       still run on the node.
     type: path
     default: /
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff_mode mode) when in diff mode.
-    support: none
 notes:
   - The kernel log is read without root where C(kernel.dmesg_restrict=0) or the user may read the journal (groups
     C(adm)/C(systemd-journal)); otherwise the Xid check is a skip saying so (run with C(become=true)).
 seealso:
   - module: provision.cluster.gpu_facts
   - module: provision.cluster.fabric_health_info
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
+attributes:
+  check_mode:
+    details: Reads the same in check mode, except that O(load_command) is not run.
 """
 
 EXAMPLES = r"""

@@ -33,9 +33,14 @@ options:
       - Name of a fact to set to the expanded directory (the launchers role sets C(launchers_path)),
         so that no extra task is needed to record it.
     type: str
-notes:
-  - Supports check mode and diff mode.
 author: provision developers
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: partial
+    details: The content of the files written; files removed (O(absent)), mode-only fixes and the directory made show in RV(written) and RV(removed).
 """
 
 EXAMPLES = r"""

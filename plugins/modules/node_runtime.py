@@ -107,6 +107,14 @@ options:
 notes:
   - Limits written to a pam_limits drop-in apply to new sessions; the module re-measures after writing.
   - Containers cannot raise their hard limits or /dev/shm from inside; the fix names the run options.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Measures and reports; writes no drop-in, fstab or node-id file and remounts nothing.
+  diff_mode:
+    support: partial
+    details: The limits drop-in, /etc/fstab and the node-id file; a /dev/shm remount shows only as a change.
 """
 
 EXAMPLES = r"""

@@ -44,8 +44,15 @@ options:
         Written only outside check mode and only for an answer in which torch imported. Unset means no cache.
     type: path
 notes:
-  - Supports check mode.
   - The cache file is a record of a read, not configuration, so writing it reports no change.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: The probe runs (it only reads); the versions cache is not written.
+  diff_mode:
+    support: N/A
+    details: It changes no configuration (the cache is a record of a read).
 """
 
 EXAMPLES = r"""

@@ -69,8 +69,13 @@ options:
     description: ssh timeout of that check, seconds.
     type: int
     default: 10
-notes:
-  - Supports check mode and diff mode.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: The ssh check of O(check_ssh_host) runs only when nothing would change.
+  diff_mode:
+    support: full
 """
 
 EXAMPLES = r"""

@@ -52,8 +52,13 @@ options:
     description: Where the host's public host keys are.
     type: path
     default: /etc/ssh
-notes:
-  - Supports check mode (reports a key that would be made; RV(public_key) is empty then).
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Reports a key pair that would be made (RV(public_key) is empty then) and makes none.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""

@@ -62,6 +62,7 @@ options:
         probed here.
     type: dict
     default: {}
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""

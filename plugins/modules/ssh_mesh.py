@@ -93,8 +93,14 @@ options:
     elements: dict
     default: []
 notes:
-  - Supports check mode and diff mode.
   - C(/etc/hosts) is replaced by rename; where it is a bind mount (Docker), it is rewritten in place.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: partial
+    details: The content of every managed file; a key pair made for O(identity_key_file) and mode or owner fixes show only in RV(files).
 """
 
 EXAMPLES = r"""

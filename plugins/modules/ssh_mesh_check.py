@@ -67,8 +67,7 @@ options:
     type: list
     elements: dict
     default: []
-notes:
-  - Supports check mode (it changes nothing).
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""

@@ -70,8 +70,14 @@ options:
     description: Seconds to wait for sshd to listen (and for an old one to exit).
     type: int
     default: 15
-notes:
-  - Supports check mode and diff mode (the drop-in).
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: No host key, drop-in, PAM file or state file is written and sshd is neither started nor reloaded.
+  diff_mode:
+    support: partial
+    details: The drop-in (O(content)); host keys, the PAM file and a restart or reload show only as a change.
 """
 
 EXAMPLES = r"""

@@ -57,8 +57,13 @@ options:
     description: Seconds one pip download may take.
     type: int
     default: 1800
-notes:
-  - Supports check mode (reports what would be downloaded, downloads nothing).
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would be downloaded, downloads nothing.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""

@@ -36,8 +36,13 @@ options:
     type: list
     elements: dict
     required: true
-notes:
-  - Supports check mode.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Compares only (no directory is made, nothing is transferred); RV(missing) is what would be copied.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""
