@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from .netenv_trees import H100_NET, NETENV, net_tree, seed_ib_tree
+from unit.netenv_trees import H100_NET, NETENV, net_tree, seed_ib_tree
 
 from ansible_collections.provision.cluster.plugins.module_utils import netinfo as ni
 from helpers import COLLECTIONS, REPO

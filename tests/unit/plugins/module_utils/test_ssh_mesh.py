@@ -3,13 +3,12 @@ sshd decisions, pdsh output. Captures under tests/fixtures/ssh are real (see its
 
 from __future__ import annotations
 
-from pathlib import Path
 
-import helpers  # noqa: F401
+import helpers
 import pytest
 from ansible_collections.provision.cluster.plugins.module_utils import pdsh, ssh_mesh, sshd, users
 
-OURS = Path(__file__).resolve().parent.parent / "fixtures" / "ssh"
+OURS = helpers.REPO / "tests" / "fixtures" / "ssh"
 K1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJbawRjG3MDzSAy7cj9UgH4Pd4tZ57YEk09lJy0a0RZ3"
 K2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDrhqd7Fx8NGF14eOq4kYtIX0ld3zYSLJD8YFandNsT9"
 NODES = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO
-from .netenv_trees import seed_ib_tree
+from unit.netenv_trees import seed_ib_tree
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F

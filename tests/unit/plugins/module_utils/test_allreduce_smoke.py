@@ -27,7 +27,7 @@ from ansible_collections.provision.cluster.plugins.modules import allreduce_smok
 
 H100 = helpers.FIXTURES / "h100-node"
 FAIL = H100 / "failures"
-OURS = Path(__file__).resolve().parent.parent / "fixtures" / "allreduce_smoke"
+OURS = REPO / "tests" / "fixtures" / "allreduce_smoke"
 
 
 def text(path: Path) -> str:
