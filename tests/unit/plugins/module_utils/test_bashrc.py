@@ -3,15 +3,14 @@ preservation, idempotence, quoting proven by bash itself, and ~/.deepspeed_env."
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from ansible_collections.provision.cluster.plugins.module_utils import bashrc as br
-from helpers import COLLECTIONS, REPO
+import helpers
+from helpers import REPO
 
 BASHRC = REPO / "tests" / "fixtures" / "netenv" / "bashrc"
 SKEL = (BASHRC / "debian12-skel.bashrc").read_text()          # case $- in *i*) ;; *) return;; esac
@@ -174,13 +173,9 @@ def test_deepspeed_keys_are_recorded_in_the_block():
 
 
 def _module(tmp_path, args, check=False, diff=False):
-    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check, _ansible_diff=diff,
-                                           _ansible_tmpdir=str(tmp_path), _ansible_remote_tmp=str(tmp_path))}
-    (tmp_path / "args.json").write_text(json.dumps(payload))
-    proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/shell_env_block.py"), str(tmp_path / "args.json")],
-                          capture_output=True, text=True, env={"PYTHONPATH": str(COLLECTIONS), "HOME": str(tmp_path)},
-                          check=False)
-    return json.loads(proc.stdout)
+    return helpers.run_module("shell_env_block", dict(args, _ansible_check_mode=check, _ansible_diff=diff,
+                                                      _ansible_tmpdir=str(tmp_path), _ansible_remote_tmp=str(tmp_path)),
+                              env={"HOME": str(tmp_path)})
 
 
 def test_module_check_diff_then_write_then_idempotent(tmp_path):

@@ -61,3 +61,17 @@ def test_root_runs_the_command_as_the_user_in_its_home():
     assert out[2] == "%s nobody nobody" % nobody.pw_dir
     # nobody's home (/nonexistent) is missing: login(1) starts in / then
     assert out[3] == (nobody.pw_dir if os.path.isdir(nobody.pw_dir) else "/")
+
+
+def test_as_user():
+    import os
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    kwargs, err = users.as_user(me, {"PDSH_RCMD_TYPE": "ssh"})
+    assert err is None and "user" not in kwargs and "preexec_fn" not in kwargs
+    assert kwargs["env"]["PDSH_RCMD_TYPE"] == "ssh" and kwargs["env"]["USER"] == me
+    assert users.as_user("no-such-user-provision")[1] == "user no-such-user-provision does not exist"
+    if os.getuid() == 0:
+        kwargs, err = users.as_user("nobody")
+        assert err is None and kwargs["user"] == pwd.getpwnam("nobody").pw_uid
