@@ -1,25 +1,18 @@
-"""`provision diagnose` (src/provision/diagnose.py, src/provision/commands/diagnose.py) and the diagnosis
-`provision launch` prints for a failed job; the rules themselves: tests/unit/plugins/module_utils/test_diagnose.py."""
+"""`provision diagnose` (src/provision/diagnose.py, src/provision/commands/diagnose.py); the rules themselves:
+tests/unit/plugins/module_utils/test_diagnose.py, the diagnosis `provision launch` prints: test_launch.py."""
 
 from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 
-import yaml
 from click.testing import CliRunner
 
-import helpers
-from helpers import REPO, ansible_env, tool
+from helpers import REPO
 from provision import diagnose as core
 from provision.cli import cli
-from provision.commands import launch
 
 PUBLIC = REPO / "tests" / "fixtures" / "diagnose"
-H100 = helpers.FIXTURES / "h100-node"
-FAIL = H100 / "failures"
 
 
 def read(path):
@@ -80,42 +73,3 @@ def test_cli_reads_stdin_and_node_option():
 
 def test_read_logs_from_a_stream():
     assert core.read_logs(["-"], stdin=io.StringIO("x\n")) == [("<stdin>", "x\n")]
-
-
-# --------------------------------------------------------------------------- provision launch
-def test_launch_prints_the_diagnosis_of_a_failed_job(capsys):
-    launch._diagnose_output({"n1": "started\n", "n2": read(FAIL / "nccl-bogus-ifname.log")})
-    err = capsys.readouterr().err
-    assert "provision launch: diagnose: n2: diagnose.no_interface: NCCL found no usable interface: " \
-           "NCCL_SOCKET_IFNAME=bogus0" in err and "| fix: set NCCL_SOCKET_IFNAME" in err
-    launch._diagnose_output({"n1": "hello\n"})
-    assert "no known cause" in capsys.readouterr().err
-    launch._diagnose_output({})
-    assert capsys.readouterr().err == ""
-
-
-def test_printer_keeps_the_tail_of_each_nodes_output():
-    printer = launch.Printer(["n1", "n2"])
-    printer.TAIL = 10
-    printer.feed("n1", "0123456789abc\n")
-    printer.feed("n2", "x")
-    assert printer.tail == {"n1": "456789abc\n", "n2": "x"}
-
-
-def test_launch_end_to_end_names_the_cause_when_the_job_fails(tmp_path):
-    """Through Ansible on two local "nodes" (as test_launchers_cli): n2 prints a real NCCL failure and exits 1."""
-    hosts = {}
-    for name, body in {"n1": "echo started; sleep 30\n", "n2": f"cat '{FAIL / 'nccl-bogus-ifname.log'}'; exit 1\n"}.items():
-        d = tmp_path / name
-        d.mkdir()
-        (d / "torchrun-c10d.sh").write_text("#!/bin/sh\n" + body)
-        (d / "torchrun-c10d.sh").chmod(0o755)
-        hosts[name] = {"launchers_dir": str(d)}
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(yaml.safe_dump({"cluster": {"hosts": hosts, "vars": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
-    proc = subprocess.run([tool("provision"), "launch", "-i", str(inv), "--poll-wait", "1", "--", "x"], cwd=REPO,
-                          env=ansible_env(), capture_output=True, text=True, timeout=180, check=False)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "provision launch: diagnose: n2: diagnose.no_interface: NCCL found no usable interface: " \
-           "NCCL_SOCKET_IFNAME=bogus0" in proc.stderr, proc.stderr

@@ -21,6 +21,13 @@ def leftovers(directory):
     return sorted(n for n in os.listdir(directory) if n.startswith("."))
 
 
+def existing(tmp_path, text, mode=0o644, name="f"):
+    path = tmp_path / name
+    path.write_text(text)
+    os.chmod(path, mode)
+    return path
+
+
 def test_a_new_file_gets_content_mode_and_owner_and_a_diff(tmp_path):
     w = files.FileWriter(module(tmp_path))
     path = str(tmp_path / "sub" / "f.conf")
@@ -35,9 +42,7 @@ def test_a_new_file_gets_content_mode_and_owner_and_a_diff(tmp_path):
 
 
 def test_the_same_content_is_not_written_again(tmp_path):
-    path = tmp_path / "f"
-    path.write_text("a\n")
-    os.chmod(path, 0o640)
+    path = existing(tmp_path, "a\n", 0o640)
     inode = path.stat().st_ino
     w = files.FileWriter(module(tmp_path))
     assert w.write(str(path), "a\n") is False and w.write(str(path), "a\n", mode=0o640) is False
@@ -45,8 +50,7 @@ def test_the_same_content_is_not_written_again(tmp_path):
 
 
 def test_check_mode_writes_nothing_but_tells_the_change_and_its_diff(tmp_path):
-    path = tmp_path / "f"
-    path.write_text("old\n")
+    path = existing(tmp_path, "old\n")
     w = files.FileWriter(module(tmp_path, check=True))
     assert w.write(str(path), "new\n", mode=0o600) is True and w.write(str(tmp_path / "new"), "x") is True
     assert w.remove(str(path)) is True
@@ -56,9 +60,7 @@ def test_check_mode_writes_nothing_but_tells_the_change_and_its_diff(tmp_path):
 
 
 def test_a_changed_file_is_replaced_atomically_and_takes_the_mode_asked(tmp_path):
-    path = tmp_path / "f"
-    path.write_text("old\n")
-    os.chmod(path, 0o644)
+    path = existing(tmp_path, "old\n")
     inode = path.stat().st_ino
     w = files.FileWriter(module(tmp_path))
     assert w.write(str(path), "new\n", mode=0o600) is True
@@ -67,9 +69,7 @@ def test_a_changed_file_is_replaced_atomically_and_takes_the_mode_asked(tmp_path
 
 
 def test_only_the_mode_differs_the_file_is_chmodded_without_a_diff(tmp_path):
-    path = tmp_path / "f"
-    path.write_text("a\n")
-    os.chmod(path, 0o644)
+    path = existing(tmp_path, "a\n")
     w = files.FileWriter(module(tmp_path))
     assert files.file_differs(str(path), "a\n", mode=0o600) == "mode"
     assert w.write(str(path), "a\n", mode=0o600) is True and w.diffs == []
@@ -77,9 +77,7 @@ def test_only_the_mode_differs_the_file_is_chmodded_without_a_diff(tmp_path):
 
 
 def test_new_only_keeps_an_existing_files_mode_and_sets_a_new_ones(tmp_path):
-    old, new = tmp_path / "old", tmp_path / "new"
-    old.write_text("a\n")
-    os.chmod(old, 0o640)
+    old, new = existing(tmp_path, "a\n", 0o640, "old"), tmp_path / "new"
     w = files.FileWriter(module(tmp_path))
     assert w.write(str(old), "a\n", mode=0o644, new_only=True) is False   # mode not compared
     assert w.write(str(old), "b\n", mode=0o644, new_only=True) is True
@@ -108,8 +106,7 @@ def test_owner_is_set_after_the_move(tmp_path):
 
 
 def test_validate_sees_the_new_content_and_can_refuse_it(tmp_path):
-    path = tmp_path / "f"
-    path.write_text("good\n")
+    path = existing(tmp_path, "good\n")
     seen = []
 
     def validate(tmp):
@@ -126,8 +123,7 @@ def test_validate_sees_the_new_content_and_can_refuse_it(tmp_path):
 
 
 def test_remove(tmp_path):
-    path = tmp_path / "f"
-    path.write_text("a\n")
+    path = existing(tmp_path, "a\n")
     w = files.FileWriter(module(tmp_path))
     assert w.remove(str(path)) is True and not path.exists() and w.remove(str(path)) is False
     assert w.diffs == [{"before_header": str(path), "after_header": str(path), "before": "a\n", "after": ""}]

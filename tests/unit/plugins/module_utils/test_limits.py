@@ -3,27 +3,14 @@ limits drop-in and fstab, on snapshots captured from real nodes (tests/fixtures/
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from helpers import REPO
+from unit.runtime_snapshots import HEALTHY, LOWLIM, SHM64, VM, snap
 from ansible_collections.provision.cluster.plugins.module_utils import limits as LIM
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts as NF
 from ansible_collections.provision.cluster.plugins.module_utils import sizes
 
-RT = REPO / "tests" / "fixtures" / "runtime"
 DROPIN = "/etc/security/limits.d/90-provision.conf"
-
-
-def snap(name):
-    return json.loads((RT / f"{name}.json").read_text())
-
-
-HEALTHY = "podman-node1-healthy"
-LOWLIM = "podman-node2-memlock64k-nofile1024"
-SHM64 = "podman-shm64m"
-VM = "controller-firecracker-vm"
 
 
 # ---------------------------------------------------------------- rules

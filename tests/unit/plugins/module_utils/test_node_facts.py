@@ -3,29 +3,13 @@ from real nodes (tests/fixtures/runtime/README.md)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from helpers import REPO
+from unit.runtime_snapshots import HEALTHY, IPC_HOST, IPC_PID_HOST, LOWLIM, SHM64, VM, snap
 from ansible_collections.provision.cluster.plugins.module_utils import landing as LD
 from ansible_collections.provision.cluster.plugins.module_utils import limits as LIM
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts as NF
 from ansible_collections.provision.cluster.plugins.module_utils import sizes
-
-RT = REPO / "tests" / "fixtures" / "runtime"
-
-
-def snap(name):
-    return json.loads((RT / f"{name}.json").read_text())
-
-
-HEALTHY = "podman-node1-healthy"
-LOWLIM = "podman-node2-memlock64k-nofile1024"
-SHM64 = "podman-shm64m"
-IPC_HOST = "podman-ipc-host"
-IPC_PID_HOST = "podman-ipc-host-pid-host"
-VM = "controller-firecracker-vm"
 
 
 # ---------------------------------------------------------------- parsers
