@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "collections"))
 
-from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (  # noqa: E402
-    bandwidth, parse_size)
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import bandwidth  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.sizes import parse_size  # noqa: E402
 
 WORKER = REPO / "plugins" / "module_utils" / "allreduce_worker.py"
 # gloo_devices: GLOO_SOCKET_IFNAME repeated N times (N TCP pairs per peer);

@@ -42,6 +42,41 @@ def ansible_env(lab_name: str | None = None, **extra: str) -> dict[str, str]:
     return env
 
 
+def adhoc(module: str, args: dict, *extra: str) -> tuple[str, dict]:
+    """`ansible localhost -c local -m provision.cluster.MODULE` as a user runs it -> (status, result)."""
+    argv = [tool("ansible"), "localhost", "-c", "local", "-m", f"provision.cluster.{module}",
+            "-a", json.dumps(args), "-o", *extra]
+    proc = subprocess.run(argv, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("localhost |"))
+    status, _, payload = line.partition(" => ")
+    return status, json.loads(payload)
+
+
+def run_module(name: str, args: dict, env: dict[str, str] | None = None) -> dict:
+    """A module's main() run in this process on ARGS (with _ansible_check_mode etc. as Ansible passes
+    them) -> its result. env: the whole environment during the run (as a module process started with it)."""
+    import contextlib
+    import importlib
+    import io
+    import locale
+    from unittest import mock
+
+    from ansible.module_utils.testing import patch_module_args
+
+    module = importlib.import_module(f"ansible_collections.provision.cluster.plugins.modules.{name}")
+    out = io.StringIO()
+    saved = locale.setlocale(locale.LC_ALL)  # AnsibleModule sets the locale from the environment
+    with mock.patch.dict(os.environ, env or {}, clear=env is not None), patch_module_args(args), \
+            contextlib.redirect_stdout(out):
+        try:
+            module.main()
+        except SystemExit:
+            pass
+        finally:
+            locale.setlocale(locale.LC_ALL, saved)
+    return json.loads(out.getvalue())
+
+
 _RECAP = re.compile(r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
                     r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.M)
 

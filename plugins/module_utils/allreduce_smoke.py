@@ -19,28 +19,7 @@ import re
 # the log -> cause mapping lives in diagnose (one implementation for the smoke test, launch and the CLI)
 from ansible_collections.provision.cluster.plugins.module_utils.diagnose import classify_log  # noqa: F401
 from ansible_collections.provision.cluster.plugins.module_utils.bandwidth import DEFAULT_MIN_FRACTION, judge
-
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
-
-
-def parse_size(value) -> int:
-    """'64M', '64MiB', '1k', 4096 -> bytes (binary units, as nccl-tests' -b/-e take them)."""
-    if isinstance(value, int):
-        return value
-    match = _SIZE.match(str(value))
-    if not match or match.group(2).upper() not in _UNITS:
-        raise ValueError(f"not a size: {value!r} (use e.g. 4096, 64K, 16M, 1G)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
-
-
-def human_size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"
-
+from ansible_collections.provision.cluster.plugins.module_utils.sizes import human
 
 def bandwidth(nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:
     """(algbw, busbw) in GB/s for an all-reduce of `nbytes` taking `seconds` over `ranks` ranks."""
@@ -258,7 +237,7 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
                 warnings.append(w)
     if not failures and rows:
         if min_busbw is not None and busbw_big is not None and busbw_big < min_busbw:
-            failures.append(check("busbw", "fail", f"busbw {busbw_big:.3f} GB/s at {human_size(big[-1]['bytes'])}"
+            failures.append(check("busbw", "fail", f"busbw {busbw_big:.3f} GB/s at {human(big[-1]['bytes'], exact=True)}"
                                   f" is below allreduce_smoke_min_busbw {min_busbw}",
                                   "check the interface (GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME), IB use, or lower "
                                   "the threshold"))
@@ -352,7 +331,7 @@ def table_lines(result: dict) -> list[str]:
              f"{'correct' if result.get('correct') else 'NOT verified'}",
              f"{'size':>10} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}"]
     for row in result.get("rows") or []:
-        lines.append(f"{human_size(row['bytes']):>10} {row['time_us']:>12.1f} {row['algbw']:>12.3f} {row['busbw']:>12.3f}")
+        lines.append(f"{human(row['bytes'], exact=True):>10} {row['time_us']:>12.1f} {row['algbw']:>12.3f} {row['busbw']:>12.3f}")
     for probe in result.get("tcp") or []:
         lines.append(f"TCP one-way {probe.get('src')} -> {probe.get('dst')}: {probe.get('gbps', 0):.3f} GB/s")
     for probe in result.get("tcp_ring") or []:

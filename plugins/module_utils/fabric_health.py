@@ -26,8 +26,9 @@ import os
 import re
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
 from ansible_collections.provision.cluster.plugins.module_utils import netinfo
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import limits as runtime_limits
 
 CATEGORIES = ("ib_port_state", "ib_port_rate", "ib_counters", "ib_mtu", "gdr_peermem", "pcie_acs",
               "rdma_devices", "rdma_memlock")
@@ -67,14 +68,6 @@ _RATE = re.compile(r"^\s*([\d.]+)\s*Gb/sec(?:\s*\((\d+)X\s*([A-Z0-9]+)\))?")
 _NUM_STATE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)")
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 def _listdir(path):
     try:
         return sorted(os.listdir(path))
@@ -110,15 +103,15 @@ def read_ports(sys_root="/sys"):
     out = []
     for dev in sorted(rdma):
         dpath = os.path.join(base, dev)
-        info = {"hca_type": _read(os.path.join(dpath, "hca_type")), "fw_ver": _read(os.path.join(dpath, "fw_ver")),
-                "board_id": _read(os.path.join(dpath, "board_id"))}
+        info = {"hca_type": read_attr(os.path.join(dpath, "hca_type")), "fw_ver": read_attr(os.path.join(dpath, "fw_ver")),
+                "board_id": read_attr(os.path.join(dpath, "board_id"))}
         netdevs = rdma[dev].get("netdevs") or []
         for num, p in sorted(rdma[dev]["ports"].items()):
             rate = parse_rate(p.get("rate"))
-            phys = _NUM_STATE.match(_read(os.path.join(dpath, "ports", str(num), "phys_state")) or "")
+            phys = _NUM_STATE.match(read_attr(os.path.join(dpath, "ports", str(num), "phys_state")) or "")
             mtu = None
             for nd in netdevs:
-                value = _read(os.path.join(sys_root, "class", "net", nd, "mtu"))
+                value = read_attr(os.path.join(sys_root, "class", "net", nd, "mtu"))
                 if value and value.isdigit():
                     mtu = int(value)
                     break
@@ -138,7 +131,7 @@ def read_counters(sys_root="/sys"):
             cdir = os.path.join(base, dev, "ports", port, "counters")
             values = {}
             for name in _listdir(cdir)[:64]:
-                text = _read(os.path.join(cdir, name))
+                text = read_attr(os.path.join(cdir, name))
                 if text is not None and text.isdigit():
                     values[name] = int(text)
             if values:
@@ -493,8 +486,8 @@ def check_rdma_devices(ports, dev_entries, in_container, node=None):
 
 def check_memlock(limits, devices, in_container, runtime, capeff=None, node=None):
     """node_runtime's memlock rule (unlimited where RDMA devices exist), as a Check record."""
-    res = nr.check_memlock(limits, {"present": bool(devices), "devices": list(devices)}, in_container, runtime,
-                           capeff=capeff, require="auto", source="module")
+    res = runtime_limits.check_memlock(limits, {"present": bool(devices), "devices": list(devices)}, in_container,
+                                       runtime, capeff=capeff, require="auto", source="module")
     return [C.check("rdma_memlock", res["status"], res["detail"], res["fix"], node,
                     {"category": "rdma_memlock", "value": res.get("measured"), "limit": res.get("required")})]
 

@@ -16,9 +16,16 @@ import signal
 import subprocess
 import time
 
+from ansible_collections.provision.cluster.plugins.module_utils.files import file_differs, read_text
+
 # `sh -c` wrapper: run the command, then record its exit status atomically.
 _WRAPPER = '"$@"; rc=$?; echo $rc > "$PROVISION_RUN_DIR/rc.tmp" && mv "$PROVISION_RUN_DIR/rc.tmp" ' \
            '"$PROVISION_RUN_DIR/rc"; exit $rc'
+
+
+def file_mode(spec):
+    """A launch file's mode as an int, from its spec's "0644"-style string (default 0644)."""
+    return int(str(spec.get("mode", "0644")), 8)
 
 
 def plan_files(directory, files):
@@ -28,29 +35,10 @@ def plan_files(directory, files):
     """
     todo = []
     for name in sorted(files):
-        spec = files[name]
-        path = os.path.join(directory, name)
-        want_mode = int(str(spec.get("mode", "0644")), 8)
-        try:
-            with open(path, "rb") as handle:
-                current = handle.read()
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            todo.append((name, "missing"))
-            continue
-        if current != spec["content"].encode("utf-8"):
-            todo.append((name, "content"))
-        elif mode != want_mode:
-            todo.append((name, "mode"))
+        reason = file_differs(os.path.join(directory, name), files[name]["content"], mode=file_mode(files[name]))
+        if reason:
+            todo.append((name, reason))
     return todo
-
-
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return ""
 
 
 # ---- job control ---------------------------------------------------------------------------
@@ -80,7 +68,7 @@ def start_job(runs_dir, run_id, argv, chdir=None, env=None):
 
 
 def _pid(rdir):
-    text = read_text(os.path.join(rdir, "pid")).strip()
+    text = read_text(os.path.join(rdir, "pid"), "", errors="replace").strip()
     return int(text) if text else None
 
 
@@ -101,7 +89,7 @@ def _alive(pid):
     except PermissionError:
         return True
     # a zombie is not alive
-    stat = read_text("/proc/%d/stat" % pid)
+    stat = read_text("/proc/%d/stat" % pid, "", errors="replace")
     return not (stat and stat.rsplit(")", 1)[-1].split()[0] == "Z")
 
 
@@ -116,7 +104,7 @@ def _group_alive(pgid):
 
 
 def _rc(rdir):
-    text = read_text(os.path.join(rdir, "rc")).strip()
+    text = read_text(os.path.join(rdir, "rc"), "", errors="replace").strip()
     return int(text) if text else None
 
 

@@ -20,6 +20,8 @@ import re
 import socket
 import struct
 
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
+
 ARPHRD_ETHER = 1
 ARPHRD_INFINIBAND = 32
 ARPHRD_LOOPBACK = 772
@@ -30,15 +32,6 @@ BRIDGE_PREFIXES = ("docker", "podman", "virbr", "br-", "cni", "veth", "cali", "f
 
 ROUTE_FLAG_UP = 0x1
 ROUTE_FLAG_GATEWAY = 0x2
-
-
-def _read(path):
-    """A sysfs attribute, stripped; None when absent or unreadable (e.g. speed of a down link)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
 
 
 def _listdir(path, key=None):
@@ -145,19 +138,19 @@ def read_interfaces(sys_root="/sys"):
             link = os.readlink(path)
         except OSError:
             link = ""
-        speed = _int(_read(os.path.join(path, "speed")))
+        speed = _int(read_attr(os.path.join(path, "speed")))
         try:
             driver = os.path.basename(os.readlink(os.path.join(path, "device", "driver")))
         except OSError:
             driver = None
         out[name] = {
             "name": name,
-            "operstate": _read(os.path.join(path, "operstate")),
-            "carrier": _int(_read(os.path.join(path, "carrier"))),
-            "mtu": _int(_read(os.path.join(path, "mtu"))),
-            "type": _int(_read(os.path.join(path, "type"))),
+            "operstate": read_attr(os.path.join(path, "operstate")),
+            "carrier": _int(read_attr(os.path.join(path, "carrier"))),
+            "mtu": _int(read_attr(os.path.join(path, "mtu"))),
+            "type": _int(read_attr(os.path.join(path, "type"))),
             "speed": speed if speed is not None and speed > 0 else None,
-            "mac": _read(os.path.join(path, "address")),
+            "mac": read_attr(os.path.join(path, "address")),
             "virtual": "/virtual/" in link,
             "driver": driver,
             "bridge": os.path.isdir(os.path.join(path, "bridge")),
@@ -171,9 +164,9 @@ def read_interfaces(sys_root="/sys"):
 def read_net(sys_root="/sys", proc_root="/proc"):
     """Interfaces with their IPv4/IPv6 addresses, and the IPv4 routing table."""
     interfaces = read_interfaces(sys_root)
-    routes = parse_proc_route(_read(os.path.join(proc_root, "net", "route")) or "")
-    trie = parse_fib_trie(_read(os.path.join(proc_root, "net", "fib_trie")) or "")
-    inet6 = parse_if_inet6(_read(os.path.join(proc_root, "net", "if_inet6")) or "")
+    routes = parse_proc_route(read_attr(os.path.join(proc_root, "net", "route")) or "")
+    trie = parse_fib_trie(read_attr(os.path.join(proc_root, "net", "fib_trie")) or "")
+    inet6 = parse_if_inet6(read_attr(os.path.join(proc_root, "net", "if_inet6")) or "")
     assign_addresses(interfaces, routes, trie, inet6)
     return {"interfaces": interfaces, "routes": routes}
 
@@ -229,26 +222,26 @@ def read_rdma(sys_root="/sys"):
         ports = {}
         for pname in _listdir(os.path.join(dpath, "ports"), key=lambda p: _int(p) or 0):
             ppath = os.path.join(dpath, "ports", pname)
-            state_num, state = _state(_read(os.path.join(ppath, "state")))
-            _phys_num, phys = _state(_read(os.path.join(ppath, "phys_state")))
-            rate_text = _read(os.path.join(ppath, "rate")) or ""
+            state_num, state = _state(read_attr(os.path.join(ppath, "state")))
+            _phys_num, phys = _state(read_attr(os.path.join(ppath, "phys_state")))
+            rate_text = read_attr(os.path.join(ppath, "rate")) or ""
             rate = _RATE.match(rate_text)
             gids = []
             for gname in _listdir(os.path.join(ppath, "gids"), key=lambda g: _int(g) or 0):
-                gid = _read(os.path.join(ppath, "gids", gname))
+                gid = read_attr(os.path.join(ppath, "gids", gname))
                 if not gid or gid == ZERO_GID:
                     continue
                 gids.append({
                     "index": int(gname),
                     "gid": gid,
-                    "type": _read(os.path.join(ppath, "gid_attrs", "types", gname)),
-                    "ndev": _read(os.path.join(ppath, "gid_attrs", "ndevs", gname)),
+                    "type": read_attr(os.path.join(ppath, "gid_attrs", "types", gname)),
+                    "ndev": read_attr(os.path.join(ppath, "gid_attrs", "ndevs", gname)),
                 })
             ports[int(pname)] = {
                 "state": state,
                 "state_num": state_num,
                 "phys_state": phys,
-                "link_layer": _read(os.path.join(ppath, "link_layer")),
+                "link_layer": read_attr(os.path.join(ppath, "link_layer")),
                 "rate": rate_text,
                 "rate_gbps": float(rate.group(1)) if rate else 0.0,
                 "gids": gids,

@@ -15,6 +15,9 @@ import re
 import shlex
 import subprocess
 
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
+from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
+
 FIX = "ansible-playbook site.yml --tags shell_env"
 _PREPEND = re.compile(r"""^case ":\$\{(?P<var>\w+):-\}:" in \*:(?P<item>.+?):\*\)""")
 _EXPORT = re.compile(r"^export\s+(?P<rest>\w+=.*)$")
@@ -129,11 +132,7 @@ def check_env(user, bashrc, ssh_host, timeout, get_bin_path, split_block, find_g
         return {"expected": {}, "seen": {}, "where": {},
                 "checks": [result("fail", "user %s does not exist" % user, "ansible-playbook site.yml --tags ssh_mesh")]}
     path = bashrc or os.path.join(home, ".bashrc")
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            text = fh.read()
-    except OSError:
-        text = None
+    text = read_text(path)
     layout = block_layout(text, split_block, find_guard)
     expected = block_exports(layout["block"] or "")
     names = wanted_names(expected)
@@ -144,17 +143,12 @@ def check_env(user, bashrc, ssh_host, timeout, get_bin_path, split_block, find_g
         if not ssh:
             ssh_error = "ssh client not installed"
         else:
-            argv = ssh_argv(ssh, ssh_host, timeout)
-            if user != pwd.getpwuid(os.getuid()).pw_name:
-                runuser = get_bin_path("runuser")
-                argv = [runuser, "-u", user, "--"] + argv if runuser else None
-                if argv is None:
-                    ssh_error = "runuser not found: cannot run ssh as %s" % user
+            popen_user, ssh_error = as_user(user)
             try:
-                if argv is None:
+                if ssh_error:
                     raise FileNotFoundError
-                proc = subprocess.run(argv, capture_output=True, text=True, timeout=2 * timeout + 5,
-                                      check=False, stdin=subprocess.DEVNULL)
+                proc = subprocess.run(ssh_argv(ssh, ssh_host, timeout), capture_output=True, text=True,
+                                      timeout=2 * timeout + 5, check=False, stdin=subprocess.DEVNULL, **popen_user)
                 if proc.returncode == 255:
                     ssh_error = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
                 else:

@@ -265,45 +265,6 @@ def strict_modes_check(source, user, home, problems):
                    "(the ssh_mesh stage sets ~/.ssh)" % (home, home, home, user) if problems else ""}
 
 
-# ---------------------------------------------------------------- running the ssh client as a user
-
-def as_user(user, extra_env=None):
-    """subprocess keyword arguments that run a command as ``user`` (name) with its HOME.
-
-    Returns (kwargs, error): error is a one-line message when that is not possible. As root the
-    child drops to the user's uid/gid/groups; as that very user nothing changes.
-    """
-    import os
-    import pwd
-    import sys
-
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C"}
-    env.update(extra_env or {})
-    if not user:
-        return {"env": dict(os.environ, **env)}, None
-    try:
-        pw = pwd.getpwnam(user)
-    except KeyError:
-        return None, "user %s does not exist" % user
-    env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
-    kwargs = {"env": env, "cwd": pw.pw_dir}
-    if pw.pw_uid != os.getuid():
-        if os.getuid() != 0:
-            return None, "cannot run as %s without root (use become)" % user
-        groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
-        if sys.version_info >= (3, 9):  # done in the child by C code: safe with threads
-            kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=groups)
-        else:
-
-            def drop():
-                os.setgroups(groups)
-                os.setgid(pw.pw_gid)
-                os.setuid(pw.pw_uid)
-
-            kwargs["preexec_fn"] = drop
-    return kwargs, None
-
-
 # ---------------------------------------------------------------- a key pair made where it is used
 
 def ensure_keypair(run_command, keygen, pw, key_file, key_type, comment, check_mode):

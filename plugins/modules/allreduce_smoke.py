@@ -202,9 +202,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker
 from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (
-    fingerprint, parse_nccl_log, parse_size, summarize, table_lines)
-from ansible_collections.provision.cluster.plugins.module_utils.files import NotPrivate, private_dir
+    fingerprint, parse_nccl_log, summarize, table_lines)
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, NotPrivate, private_dir, read_text
 from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
+from ansible_collections.provision.cluster.plugins.module_utils.sizes import parse_size
 
 LOG_KEEP = 200          # lines of each rank log returned to the controller
 LOG_INTERESTING = ("WARN", "Error", "error", "Timeout", "timed out", "EADDRINUSE", "refused",
@@ -357,14 +358,15 @@ def finish(module, p):
     if status is None and killed:
         status = {"state": "timeout", "timeout": p["timeout"]}
     elif status is None:
-        status = {"state": "failed", "error": _read(os.path.join(run_dir, "supervisor.log")).strip()[-400:]
+        log = read_text(os.path.join(run_dir, "supervisor.log"), "", errors="replace")
+        status = {"state": "failed", "error": log.strip()[-400:]
                   or "the worker exited at once without a status"}
     ranks, logs = [], []
     for name in sorted(os.listdir(run_dir)):
         if name.startswith("rank") and name.endswith(".json"):
             ranks.append(_load(os.path.join(run_dir, name)) or {})
         elif name.endswith(".log"):
-            logs.append(_read(os.path.join(run_dir, name)))
+            logs.append(read_text(os.path.join(run_dir, name), "", errors="replace"))
     text = "\n".join(logs)
     nccl = parse_nccl_log(text)
     module.exit_json(changed=False, run_dir=run_dir, status=status, ranks=ranks,
@@ -386,14 +388,6 @@ def _load(path):
         return None
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
-
-
 def report(module, p):
     hosts = []
     for name, res in zip(p["names"], p["hosts"]):
@@ -410,12 +404,7 @@ def report(module, p):
     lines = table_lines(result)
     written = False
     if p.get("path") and not module.check_mode:
-        directory = os.path.dirname(p["path"])
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        tmp = f"{p['path']}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=1, sort_keys=True)
-        module.atomic_move(tmp, p["path"])
+        FileWriter(module).write(p["path"], json.dumps(result, indent=1, sort_keys=True), dir_mode=0o700)
         written = True
     # the file is a report of this run, not configuration: no change to the node
     failure_lines = [f"{f['detail']} -- fix: {f['fix']}" for f in result["failures"]]

@@ -54,8 +54,13 @@ options:
     description: Seconds each step may take.
     type: int
     default: 1800
-notes:
-  - Supports check mode.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Reports the commands it would run (RV(commands)) and runs none.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""

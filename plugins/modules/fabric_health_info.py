@@ -57,17 +57,11 @@ options:
       Commands still run on the node.
     type: path
     default: /
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff_mode mode) when in diff mode.
-    support: none
 seealso:
   - module: provision.cluster.nccl_net_facts
   - module: provision.cluster.gpu_health_info
   - module: provision.cluster.node_runtime
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""
@@ -134,7 +128,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import node_facts
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
 
 MAX_INTERVAL = 60
 
@@ -147,14 +142,6 @@ def _run(argv, timeout):
     except OSError as exc:
         return 127, "", str(exc)
     return proc.returncode, proc.stdout, proc.stderr
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
 def acs_pairs(sys_root, gpus, devices):
@@ -186,8 +173,8 @@ def collect(module):
              "acs": [], "acs_pairs": [], "dev_infiniband": [], "in_container": False}
     if not ports:
         return facts, F.skipped_all("no RDMA device under /sys/class/infiniband", node)
-    snap = nr.collect_snapshot(root=root)
-    container = nr.detect_container(snap)
+    snap = node_facts.collect_snapshot(root=root)
+    container = node_facts.detect_container(snap)
     facts["in_container"] = bool(container["container"])
     interval = max(0, min(p["counter_interval"], MAX_INTERVAL))
     first = F.read_counters(sys_root)
@@ -204,7 +191,7 @@ def collect(module):
             rc, out, _err = _run([exe], timeout)
             devinfo = F.parse_ibv_devinfo(out) if rc == 0 else None
             facts["devinfo"] = devinfo or {}
-    modules_text = _read(os.path.join(proc_root, "modules"))
+    modules_text = read_text(os.path.join(proc_root, "modules"), errors="replace")
     loaded = F.parse_proc_modules(modules_text)
     facts["peermem"] = sorted(m for m in ("nvidia_peermem", "nv_peer_mem") if m in loaded)
     memory_peers = os.path.exists(os.path.join(sys_root, "kernel", "mm", "memory_peers", "nv_mem", "version"))
@@ -230,8 +217,8 @@ def collect(module):
         dev_entries = []
     facts["dev_infiniband"] = dev_entries
     limits_text = (snap.get("files") or {}).get("/proc/self/limits")
-    limits = nr.parse_limits(limits_text) if limits_text else None
-    capeff = nr.parse_capeff((snap.get("files") or {}).get("/proc/self/status"))
+    limits = node_facts.parse_limits(limits_text) if limits_text else None
+    capeff = node_facts.parse_capeff((snap.get("files") or {}).get("/proc/self/status"))
     records = F.fabric_checks(ports, first, second, interval, devinfo, p["required_ports"], bool(gpus),
                               loaded, memory_peers, acs, pairs, denied, dev_entries, facts["in_container"],
                               container.get("runtime"), limits, capeff, node)

@@ -56,8 +56,7 @@ options:
     description: Parent directory of C(cuda-X.Y) for repo/runfile installs.
     type: path
     default: /usr/local
-notes:
-  - Supports check mode.
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""

@@ -87,19 +87,16 @@ options:
       still run on the node.
     type: path
     default: /
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff_mode mode) when in diff mode.
-    support: none
 notes:
   - The kernel log is read without root where C(kernel.dmesg_restrict=0) or the user may read the journal (groups
     C(adm)/C(systemd-journal)); otherwise the Xid check is a skip saying so (run with C(become=true)).
 seealso:
   - module: provision.cluster.gpu_facts
   - module: provision.cluster.fabric_health_info
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
+attributes:
+  check_mode:
+    details: Reads the same in check mode, except that O(load_command) is not run.
 """
 
 EXAMPLES = r"""
@@ -177,7 +174,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import node_facts
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/usr/sbin", "/sbin", "/bin"]
 MAX_LOAD_SECONDS = 60
@@ -201,17 +199,9 @@ def _first_line(*texts):
     return ""
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 def read_kernel_log(module, root, timeout):
     """(text, source, reason): dmesg where the kernel lets this user read it, else journalctl -k."""
-    restrict = _read(os.path.join(root, "proc", "sys", "kernel", "dmesg_restrict"))
+    restrict = read_attr(os.path.join(root, "proc", "sys", "kernel", "dmesg_restrict"))
     tried = []
     dmesg = module.get_bin_path("dmesg")
     if dmesg and (os.geteuid() == 0 or restrict in ("0", None)):
@@ -268,7 +258,7 @@ def collect(module):
              "xids": [], "kernel_log": "", "pci": H.pci_nvidia_devices(sys_root), "fabric_manager_running": None,
              "in_container": False, "loaded": False, "dcgm": {}}
     try:
-        facts["in_container"] = bool(nr.detect_container(nr.collect_snapshot(root=root))["container"])
+        facts["in_container"] = bool(node_facts.detect_container(node_facts.collect_snapshot(root=root))["container"])
     except Exception:  # a snapshot that cannot be read leaves the node counted as not a container
         facts["in_container"] = False
     smi = module.get_bin_path("nvidia-smi", opt_dirs=NVIDIA_BIN_DIRS)

@@ -33,9 +33,14 @@ options:
       - Name of a fact to set to the expanded directory (the launchers role sets C(launchers_path)),
         so that no extra task is needed to record it.
     type: str
-notes:
-  - Supports check mode and diff mode.
 author: provision developers
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: partial
+    details: The content of the files written; files removed (O(absent)), mode-only fixes and the directory made show in RV(written) and RV(removed).
 """
 
 EXAMPLES = r"""
@@ -71,10 +76,10 @@ ansible_facts:
 
 import os
 import pwd
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.launch import plan_files, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
+from ansible_collections.provision.cluster.plugins.module_utils.launch import file_mode, plan_files
 
 
 def main():
@@ -108,30 +113,19 @@ def main():
     made_dir = not os.path.isdir(path)
     todo = plan_files(path, files) if not made_dir else [(n, "missing") for n in sorted(files)]
     removed = [n for n in module.params["absent"] if os.path.lexists(os.path.join(path, n))]
-    diff = [{"before_header": os.path.join(path, n), "after_header": os.path.join(path, n),
-             "before": read_text(os.path.join(path, n)), "after": files[n]["content"]} for n, _ in todo]
-    changed = bool(made_dir or todo or removed)
-    if module.check_mode or not changed:
-        module.exit_json(changed=changed, path=path, written=[n for n, _ in todo], removed=removed, diff=diff, **facts)
-
-    if made_dir:
+    if made_dir and not module.check_mode:
         os.makedirs(path, mode=0o755)
         parent = os.path.dirname(path)
         for d in (parent, path):  # ~/.provision and ~/.provision/launch belong to the user
             os.chown(d, uid, gid)
+    w = FileWriter(module)
     for name, _reason in todo:
-        spec = files[name]
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=".%s." % name)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(spec["content"].encode("utf-8"))
-        dest = os.path.join(path, name)
-        module.atomic_move(tmp, dest)
-        # atomic_move copies the old file's mode/owner (or applies the umask): set ours again
-        os.chmod(dest, int(str(spec.get("mode", "0644")), 8))
-        os.chown(dest, uid, gid)
-    for name in removed:
-        os.unlink(os.path.join(path, name))
-    module.exit_json(changed=True, path=path, written=[n for n, _ in todo], removed=removed, diff=diff, **facts)
+        w.write(os.path.join(path, name), files[name]["content"], mode=file_mode(files[name]), owner=(uid, gid))
+    if not module.check_mode:
+        for name in removed:
+            os.unlink(os.path.join(path, name))
+    module.exit_json(changed=bool(made_dir or todo or removed), path=path, written=[n for n, _ in todo],
+                     removed=removed, diff=w.diffs, **facts)
 
 
 if __name__ == "__main__":

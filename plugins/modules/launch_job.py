@@ -52,10 +52,14 @@ options:
     description: Seconds between SIGTERM and SIGKILL (C(state=stopped)).
     type: float
     default: 5
-notes:
-  - Check mode is not supported for C(state=started) and C(state=stopped) (it skips them);
-    C(state=polled) only reads.
 author: provision developers
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: partial
+    details: C(state=polled) runs (it only reads); C(started) and C(stopped) are skipped and report no change.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""

@@ -99,8 +99,7 @@ options:
     description: Where procfs is mounted.
     type: path
     default: /proc
-notes:
-  - Supports check mode.
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""

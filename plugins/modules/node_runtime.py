@@ -107,6 +107,14 @@ options:
 notes:
   - Limits written to a pam_limits drop-in apply to new sessions; the module re-measures after writing.
   - Containers cannot raise their hard limits or /dev/shm from inside; the fix names the run options.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Measures and reports; writes no drop-in, fstab or node-id file and remounts nothing.
+  diff_mode:
+    support: partial
+    details: The limits drop-in, /etc/fstab and the node-id file; a /dev/shm remount shows only as a change.
 """
 
 EXAMPLES = r"""
@@ -152,34 +160,28 @@ dropin:
 import grp
 import os
 import pwd
-import shlex
 import subprocess
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
-    apply_container_policy, check_memlock, check_nofile, check_shm, collect_snapshot, docker_size,
-    fstab_with_shm, limits_dropin_lines, node_identity, pam_limit_culprits, parse_capeff, parse_limits, parse_size,
-    render_dropin, runtime_facts, validate_dropin,
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.limits import (
+    apply_container_policy, check_memlock, check_nofile, check_shm, fstab_with_shm, limits_dropin_lines,
+    pam_limit_culprits, render_dropin, validate_dropin,
 )
+from ansible_collections.provision.cluster.plugins.module_utils.node_facts import (
+    collect_snapshot, node_identity, parse_capeff, parse_limits, runtime_facts,
+)
+from ansible_collections.provision.cluster.plugins.module_utils.sizes import docker_size, parse_size
+from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 MEASURE = "cat /proc/self/limits /proc/self/status"
 
 
-def _as_user(module, user, argv):
-    """argv run as user (root runs it directly when user is root)."""
-    if pwd.getpwuid(os.getuid()).pw_name == user:
-        return argv
-    runuser = module.get_bin_path("runuser") or module.get_bin_path("su")
-    if runuser and runuser.endswith("runuser"):
-        return [runuser, "-u", user, "--"] + argv
-    return [runuser, "-s", "/bin/sh", user, "-c", " ".join(shlex.quote(a) for a in argv)]
-
-
-def _run(argv, timeout):
+def _run(argv, timeout, **popen):
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, **popen)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 255, "", str(exc)
     return proc.returncode, proc.stdout, proc.stderr
@@ -199,11 +201,15 @@ def measure_limits(module, p):
             if not ssh:
                 notes.append("ssh: no ssh client")
                 continue
-            argv = _as_user(module, p["cluster_user"], [
-                ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % p["ssh_timeout"],
-                p["ssh_host"], MEASURE])
-            rc, out, err = _run(argv, p["ssh_timeout"] + 10)
+            popen, error = as_user(p["cluster_user"])
+            if error:
+                notes.append("ssh: %s" % error)
+                continue
+            argv = [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % p["ssh_timeout"], p["ssh_host"], MEASURE]
+            rc, out, err = _run(argv, p["ssh_timeout"] + 10, **popen)
         elif source == "login":
+            # Not as_user: a PAM login session on purpose (pam_limits and the rest of the session
+            # stack apply, as sshd's do), which is what this source measures.
             runuser = module.get_bin_path("runuser")
             if not runuser:
                 notes.append("login: no runuser")
@@ -219,48 +225,24 @@ def measure_limits(module, p):
     return {}, None, "none", notes
 
 
-def write_file(module, path, content, mode, result, validate=None):
-    """Atomic write when content differs; honours check mode; records a diff."""
-    try:
-        with open(path) as fh:
-            before = fh.read()
-    except OSError:
-        before = None
-    if before == content:
-        return False
-    if validate:
-        validate(content)
-    result["diff"].append({"before_header": path, "after_header": path,
-                           "before": before or "", "after": content or ""})
-    if module.check_mode:
-        return True
+def write_file(w, path, content):
+    """content (None: no file) at path, a file made here 0644 (check mode and --diff: see FileWriter)."""
     if content is None:
-        os.unlink(path)
-        return True
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = "%s.provision-tmp" % path
-    with open(tmp, "w") as fh:
-        fh.write(content)
-    os.chmod(tmp, mode)
-    module.atomic_move(tmp, path)
-    return True
+        return w.remove(path)
+    return w.write(path, content, mode=0o644, new_only=True, dir_mode=0o755)
 
 
-def node_token(module, p, result):
+def node_token(w, p, result):
     """'<inventory name> <nonce>', kept while the name matches."""
-    try:
-        with open(p["node_id_file"]) as fh:
-            current = fh.read().strip()
-    except OSError:
-        current = ""
+    current = (read_text(p["node_id_file"]) or "").strip()
     if not p["node_id"]:
         return current
     if current.split()[:1] == [p["node_id"]]:
         return current
     token = "%s %s" % (p["node_id"], uuid.uuid4().hex)
-    if write_file(module, p["node_id_file"], token + "\n", 0o644, result):
+    if write_file(w, p["node_id_file"], token + "\n"):
         result["changed"] = True
-    return current if module.check_mode else token
+    return current if w.module.check_mode else token
 
 
 def pam_files(ours):
@@ -271,14 +253,8 @@ def pam_files(ours):
         paths += [os.path.join(dropins, n) for n in sorted(os.listdir(dropins)) if n.endswith(".conf")]
     except OSError:
         pass
-    out = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                out.append((path, fh.read()))
-        except OSError:
-            continue
-    return out
+    texts = [(path, read_text(path, errors="replace")) for path in paths]
+    return [(path, text) for path, text in texts if text is not None]
 
 
 def user_groups(user):
@@ -315,7 +291,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    result = {"changed": False, "diff": [], "notes": []}
+    result = {"changed": False, "notes": []}
+    w = FileWriter(module)
     try:
         shm_min, shm_per_gpu = parse_size(p["shm_min"]), parse_size(p["shm_per_gpu"])
     except ValueError as exc:
@@ -333,7 +310,7 @@ def main():
     gpus = p["gpus"] if p["gpus"] is not None else facts["gpus"]["count"]
     require = p["require_memlock_unlimited"]
     memlock_wanted = facts["rdma"]["present"] if require == "auto" else require == "true"
-    token = node_token(module, p, result)
+    token = node_token(w, p, result)
 
     limits, capeff, source, notes = measure_limits(module, p)
     result["notes"] += notes
@@ -349,8 +326,9 @@ def main():
                   "# Limits for the training user's sessions (pam_limits). Changes here are overwritten.\n")
         content = render_dropin(dropin, header) if dropin else None
         try:
-            wrote = write_file(module, p["limits_file"], content, 0o644, result,
-                               validate=validate_dropin if content else None)
+            if content:
+                validate_dropin(content)
+            wrote = write_file(w, p["limits_file"], content)
         except (ValueError, OSError) as exc:
             module.fail_json(msg="%s: %s" % (p["limits_file"], exc), changed=result["changed"])
         if wrote:
@@ -369,12 +347,8 @@ def main():
                 if rc != 0:
                     module.fail_json(msg="remount of /dev/shm to %s failed: %s" % (docker_size(need), err.strip()), **result)
                 facts["shm"] = runtime_facts(collect_snapshot())["shm"]
-            try:
-                with open(p["fstab"]) as fh:
-                    fstab = fh.read()
-            except OSError:
-                fstab = ""
-            write_file(module, p["fstab"], fstab_with_shm(fstab, docker_size(need)), 0o644, result)
+            fstab = read_text(p["fstab"], "")
+            write_file(w, p["fstab"], fstab_with_shm(fstab, docker_size(need)))
 
     lim_json = {k: {"soft": v[0], "hard": v[1]} for k, v in limits.items() if k in ("memlock", "nofile")}
     lim_json.update({"source": source, "capeff": "%x" % capeff if capeff is not None else None})
@@ -398,8 +372,8 @@ def main():
     apply_container_policy(checks, in_container, p["on_container_limit"])
     result.update(checks=checks, limits=lim_json, dropin=[" ".join(x) for x in dropin],
                   ansible_facts={"node_runtime": facts})
-    if not module._diff:
-        result.pop("diff")
+    if module._diff:
+        result["diff"] = w.diffs
     failed = [c for c in checks if c["status"] == "fail"]
     if p["fail_on_check"] and failed:
         who = (p["node_id"] + ": ") if p["node_id"] else ""

@@ -104,19 +104,11 @@ checks:
 import os
 import socket
 import subprocess
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
 from ansible_collections.provision.cluster.plugins.module_utils.pdsh import missing_answers, parse_pdsh_output
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import as_user
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return None
+from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 
 def main():
@@ -143,25 +135,15 @@ def main():
         module.exit_json(changed=False, found=False, rcmd_default_supported=False, missing=[], checked=False,
                          checks=[{"check": "pdsh", "status": "fail", "detail": "pdsh is not installed",
                                   "fix": "%s (or install the pdsh package)" % stage}])
-    wrapper = _read(pdsh) if os.path.getsize(pdsh) < 65536 else ""
+    wrapper = read_text(pdsh) if os.path.getsize(pdsh) < 65536 else ""
     rcmd_supported = bool(wrapper) and p["rcmd_default_path"] in (wrapper or "")
     files = [(p["hosts_file"], "".join(h + "\n" for h in p["hosts"]))]
     if rcmd_supported and p["rcmd_default"]:
         files.append((p["rcmd_default_path"], p["rcmd_default"] + "\n"))
-    changed, diffs = False, []
+    w = FileWriter(module)
     for path, content in files:
-        old = _read(path)
-        if old == content:
-            continue
-        changed = True
-        diffs.append({"before": old or "", "after": content, "before_header": path, "after_header": path})
-        if not module.check_mode:
-            os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".pdsh.")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(content)
-            os.chmod(tmp, 0o644)
-            module.atomic_move(tmp, path)
+        w.write(path, content, mode=0o644, new_only=True, dir_mode=0o755)
+    changed, diffs = any(f["changed"] for f in w.files), w.diffs
     result = dict(changed=changed, found=True, rcmd_default_supported=rcmd_supported, missing=[], checks=[], checked=False)
     if changed and module.check_mode:
         result["checks"] = [{"check": "pdsh", "status": "fail",

@@ -47,9 +47,9 @@ options:
     type: path
     default: /proc
 notes:
-  - Supports check mode (it changes nothing).
   - Only TCP. TIME_WAIT sockets no process owns do not make a port held (a new listener with
     SO_REUSEADDR can bind it); they are shown in RV(ports[].states).
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""

@@ -78,8 +78,13 @@ options:
     type: list
     elements: str
     default: []
-notes:
-  - Supports check mode.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Reports the environment it would make and the pins it would install; runs neither.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""

@@ -44,8 +44,15 @@ options:
         Written only outside check mode and only for an answer in which torch imported. Unset means no cache.
     type: path
 notes:
-  - Supports check mode.
   - The cache file is a record of a read, not configuration, so writing it reports no change.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: The probe runs (it only reads); the versions cache is not written.
+  diff_mode:
+    support: N/A
+    details: It changes no configuration (the cache is a record of a read).
 """
 
 EXAMPLES = r"""
@@ -84,6 +91,7 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
 from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
 
 
@@ -144,11 +152,8 @@ def _checks(p, check, versions):
 
 
 def _write_cache(module, path, key, versions):
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"key": key, "versions": versions}, fh)
-        module.atomic_move(tmp, path)
+        FileWriter(module).write(path, json.dumps({"key": key, "versions": versions}))
     except OSError as exc:   # a cache that cannot be written only costs the next run a probe
         module.warn(f"could not write the versions cache {path}: {exc}")
 

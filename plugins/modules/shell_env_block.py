@@ -69,8 +69,13 @@ options:
     description: ssh timeout of that check, seconds.
     type: int
     default: 10
-notes:
-  - Supports check mode and diff mode.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: The ssh check of O(check_ssh_host) runs only when nothing would change.
+  diff_mode:
+    support: full
 """
 
 EXAMPLES = r"""
@@ -119,35 +124,13 @@ env_check:
 
 import os
 import pwd
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
 from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
 from ansible_collections.provision.cluster.plugins.module_utils.bashrc import (
     deepspeed_keys_of, deepspeed_safe, find_guard, place_block, remove_block, render_block, split_block,
     update_deepspeed_env)
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8", errors="surrogateescape")
-    except FileNotFoundError:
-        return None
-
-
-def _write(module, path, text, pw, mode):
-    """Atomic replace in the same directory; new files get the user as owner."""
-    exists = os.path.exists(path)
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(text.encode("utf-8", errors="surrogateescape"))
-    if not exists:
-        os.chmod(tmp, mode)
-        if os.geteuid() == 0:
-            os.chown(tmp, pw.pw_uid, pw.pw_gid)
-    module.atomic_move(tmp, path)
 
 
 def main():
@@ -178,7 +161,7 @@ def main():
         ds_path = os.path.join(pw.pw_dir, ".deepspeed_env")
     ds_path = os.path.realpath(os.path.expanduser(ds_path)) if ds_path else ""
 
-    before = _read(bashrc)
+    before = read_text(bashrc, only_missing=True)
     old_text = before or ""
     previous_ds_keys = deepspeed_keys_of(old_text)
     ds_vars, skipped = deepspeed_safe({k: str(v) for k, v in p["deepspeed_vars"].items()})
@@ -191,17 +174,20 @@ def main():
         block, where, ds_vars = "", "absent", {}
         after = remove_block(old_text)
 
-    files = [(bashrc, before, after, 0o644)]
+    files = [(bashrc, after)]
     if ds_path:
-        ds_before = _read(ds_path)
+        ds_before = read_text(ds_path, only_missing=True)
         ds_after = update_deepspeed_env(ds_before or "", ds_vars, previous_ds_keys)
         if ds_before is None and not ds_after:
             ds_after = None  # nothing to write, do not create an empty file
-        files.append((ds_path, ds_before, ds_after, 0o644))
+        files.append((ds_path, ds_after))
 
-    changed, diff, checks = False, [], []
-    for path, old, new, mode in files:
-        same = new is None or (old is not None and old == new)
+    # a file made here gets the user as owner; an existing one keeps its mode and owner
+    w = FileWriter(module)
+    owner = (pw.pw_uid, pw.pw_gid) if os.geteuid() == 0 else None
+    checks = []
+    for path, new in files:
+        same = new is None or not w.write(path, new, mode=0o644, owner=owner, new_only=True)
         checks.append({
             "check": "shell_env.%s" % os.path.basename(path).lstrip("."),
             "status": "pass" if same else "fail",
@@ -209,12 +195,7 @@ def main():
                                  "up to date" if same else "missing or outdated"),
             "fix": "" if same else "ansible-playbook playbooks/shell_env.yml (cluster_user=%s)" % p["user"],
         })
-        if same:
-            continue
-        changed = True
-        diff.append({"before_header": path, "after_header": path, "before": old or "", "after": new})
-        if not module.check_mode:
-            _write(module, path, new, pw, mode)
+    changed, diff = any(f["changed"] for f in w.files), w.diffs
     warnings = []
     if skipped:
         warnings.append("left out of %s (values need quoting, DeepSpeed exports them unquoted): %s"

@@ -36,8 +36,7 @@ options:
     description: ssh ConnectTimeout, seconds; the whole ssh call is bounded by twice that.
     type: int
     default: 10
-notes:
-  - Supports check mode (it changes nothing).
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""

@@ -52,8 +52,13 @@ options:
     description: Where the host's public host keys are.
     type: path
     default: /etc/ssh
-notes:
-  - Supports check mode (reports a key that would be made; RV(public_key) is empty then).
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Reports a key pair that would be made (RV(public_key) is empty then) and makes none.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""
@@ -97,21 +102,14 @@ import pwd
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import ensure_keypair, normalize_key
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
 
 
 def host_public_keys(directory):
     keys = []
     for path in sorted(glob.glob(os.path.join(directory, "ssh_host_*_key.pub"))):
-        key = normalize_key(_read(path))
+        key = normalize_key(read_text(path, "").strip())
         if key:
             keys.append(key)
     return keys
@@ -146,7 +144,7 @@ def main():
     except RuntimeError as exc:
         module.fail_json(msg=str(exc))
 
-    public_key = _read(key_file + ".pub")
+    public_key = read_text(key_file + ".pub", "").strip()
     node = {
         "name": p["name"] or hostname,
         "hostname": hostname,

@@ -62,6 +62,7 @@ options:
         probed here.
     type: dict
     default: {}
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""
@@ -93,22 +94,21 @@ pairs:
   elements: dict
 """
 
-import os
-import pwd
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
+from ansible_collections.provision.cluster.plugins.module_utils.landing import (
     LANDING_SCRIPT, landing_checks, landing_from_report, landing_pair,
 )
+from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 
-def probe(ssh_argv, alias, peer, timeout):
-    argv = ssh_argv + ["-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % timeout, alias, LANDING_SCRIPT]
+def probe(ssh, popen_user, alias, peer, timeout):
+    argv = [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % timeout, alias, LANDING_SCRIPT]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=2 * timeout + 5,
-                              stdin=subprocess.DEVNULL, check=False)
+                              stdin=subprocess.DEVNULL, check=False, **popen_user)
     except subprocess.TimeoutExpired:
         return {"alias": alias, "peer": peer["name"], "ok": False,
                 "reason": "`ssh %s` timed out after %d s" % (alias, 2 * timeout + 5)}
@@ -137,10 +137,9 @@ def main():
     )
     p = module.params
     ssh = module.get_bin_path("ssh", required=True)
-    if pwd.getpwuid(os.getuid()).pw_name == p["user"]:
-        ssh_argv = [ssh]
-    else:
-        ssh_argv = [module.get_bin_path("runuser", required=True), "-u", p["user"], "--", ssh]
+    popen_user, error = as_user(p["user"])
+    if error:
+        module.fail_json(msg=error)
     jobs = []
     field = {"inventory": "name", "hostname": "hostname", "address": "address"}
     for peer in p["peers"]:
@@ -149,7 +148,7 @@ def main():
                 jobs.append((alias, peer))
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
         pairs = list(pool.map(lambda j: landing_from_report(j[0], j[1], p["reports"].get(j[0]))
-                              or probe(ssh_argv, j[0], j[1], p["timeout"]), jobs))
+                              or probe(ssh, popen_user, j[0], j[1], p["timeout"]), jobs))
     checks = landing_checks(p["node"], pairs)
     check = checks[0]
     result = {"changed": False, "checks": checks, "pairs": pairs}

@@ -93,8 +93,14 @@ options:
     elements: dict
     default: []
 notes:
-  - Supports check mode and diff mode.
   - C(/etc/hosts) is replaced by rename; where it is a bind mount (Docker), it is rewritten in place.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: partial
+    details: The content of every managed file; a key pair made for O(identity_key_file) and mode or owner fixes show only in RV(files).
 """
 
 EXAMPLES = r"""
@@ -138,9 +144,9 @@ removed_known_hosts:
 import os
 import pwd
 import socket
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
     authorized_keys_lines,
     ensure_keypair,
@@ -153,51 +159,13 @@ from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import 
 )
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return ""
+def _old_text(path):
+    """The current text of a file this module rewrites ("" when missing; unreadable is an error)."""
+    return read_text(path, default="", only_missing=True)
 
 
-class Writer:
-    def __init__(self, module):
-        self.m = module
-        self.files = []
-        self.diffs = []
-
-    def ensure_dir(self, path, pw, mode=0o700):
-        if os.path.isdir(path):
-            return
-        if not self.m.check_mode:
-            os.makedirs(path, mode)
-            if pw and os.getuid() != pw.pw_uid:
-                os.chown(path, pw.pw_uid, pw.pw_gid)
-
-    def write(self, path, content, pw, mode, in_place_ok=False):
-        old = _read(path)
-        exists = os.path.exists(path)
-        changed = old != content or not exists
-        st = os.stat(path) if exists else None
-        if st is not None and not changed:
-            if (st.st_mode & 0o777) != mode or (pw and (st.st_uid, st.st_gid) != (pw.pw_uid, pw.pw_gid)):
-                changed = True
-        self.files.append({"path": path, "changed": changed})
-        if not changed:
-            return
-        if old != content:
-            self.diffs.append({"before": old, "after": content, "before_header": path, "after_header": path})
-        if self.m.check_mode:
-            return
-        self.ensure_dir(os.path.dirname(path), pw)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        self.m.atomic_move(tmp, path, unsafe_writes=in_place_ok)
-        os.chmod(path, mode)
-        if pw and os.getuid() == 0:
-            os.chown(path, pw.pw_uid, pw.pw_gid)
+def _owner(pw):
+    return (pw.pw_uid, pw.pw_gid) if pw else None
 
 
 def _pw(module, user):
@@ -245,7 +213,7 @@ def main():
         if missing:
             module.fail_json(msg="node record %r lacks %s" % (node.get("name"), ", ".join(missing)))
     name = p["block_name"]
-    w = Writer(module)
+    w = FileWriter(module)
     pw = _pw(module, p["user"])
     ssh_dir = os.path.join(pw.pw_dir, ".ssh")
     removed = []
@@ -258,32 +226,33 @@ def main():
         except RuntimeError as exc:
             module.fail_json(msg=str(exc))
         w.files.append({"path": key_file, "changed": key_changed})
-        identity["public_key"] = _read(key_file + ".pub").strip()
+        identity["public_key"] = _old_text(key_file + ".pub").strip()
 
     if p["authorized_keys"]:
         path = os.path.join(ssh_dir, "authorized_keys")
         body = authorized_keys_lines([n.get("user_key") for n in nodes])
-        w.write(path, merge_block(_read(path), name, body), pw, 0o600)
+        w.write(path, merge_block(_old_text(path), name, body), 0o600, _owner(pw), dir_mode=0o700)
     for extra in p["authorize"]:
         epw = _pw(module, extra.get("user"))
         path = os.path.join(epw.pw_dir, ".ssh", "authorized_keys")
-        w.ensure_dir(os.path.dirname(path), epw)
+        w.ensure_dir(os.path.dirname(path), 0o700, _owner(epw))
         body = authorized_keys_lines(extra.get("keys") or [])
-        w.write(path, merge_block(_read(path), "%s-%s" % (name, extra.get("name") or "extra"), body), epw, 0o600)
+        w.write(path, merge_block(_old_text(path), "%s-%s" % (name, extra.get("name") or "extra"), body), 0o600,
+                _owner(epw), dir_mode=0o700)
     if p["known_hosts"] or p["known_hosts_path"]:
         path = p["known_hosts_path"] or os.path.join(ssh_dir, "known_hosts")
-        text, gone = render_known_hosts(_read(path), name, nodes, p["known_hosts_extra_names"])
+        text, gone = render_known_hosts(_old_text(path), name, nodes, p["known_hosts_extra_names"])
         removed += gone
-        w.write(path, text, pw, 0o600 if p["known_hosts_path"] else 0o644)
+        w.write(path, text, 0o600 if p["known_hosts_path"] else 0o644, _owner(pw), dir_mode=0o700)
     if p["ssh_config"]:
         path = os.path.join(ssh_dir, "config")
         body = ssh_config_lines(nodes, pw.pw_name, p["identity_file"], _kex(module, p["kex_algorithms"]))
-        w.write(path, merge_block(_read(path), name, body), pw, 0o600)
+        w.write(path, merge_block(_old_text(path), name, body), 0o600, _owner(pw), dir_mode=0o700)
     if p["hosts_file"]:
         path = p["hosts_file"]
         hosts_pw = pwd.getpwuid(0) if os.getuid() == 0 else None
-        w.write(path, merge_block(_read(path), name, etc_hosts_lines(nodes), position="start"),
-                hosts_pw, 0o644, in_place_ok=True)
+        w.write(path, merge_block(_old_text(path), name, etc_hosts_lines(nodes), position="start"), 0o644,
+                _owner(hosts_pw), unsafe_writes=True, dir_mode=0o700)
 
     result = dict(changed=any(f["changed"] for f in w.files), files=w.files, removed_known_hosts=removed, **identity)
     if module._diff and w.diffs:

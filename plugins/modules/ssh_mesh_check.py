@@ -67,8 +67,7 @@ options:
     type: list
     elements: dict
     default: []
-notes:
-  - Supports check mode (it changes nothing).
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""
@@ -143,10 +142,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.node_runtime import (
+from ansible_collections.provision.cluster.plugins.module_utils.landing import (
     LANDING_SCRIPT, landing_checks, landing_pair, parse_landing_report)
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (as_user, classify_ssh_error,
-                                                                              strict_modes_check, strict_modes_problems)
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (classify_ssh_error, strict_modes_check,
+                                                                              strict_modes_problems)
+from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 
 def run_cell(ssh, target, expect, p, deadline, popen_user):

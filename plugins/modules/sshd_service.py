@@ -78,8 +78,14 @@ options:
     description: Seconds to wait for sshd to listen (and for an old one to exit).
     type: int
     default: 15
-notes:
-  - Supports check mode and diff mode (the drop-in).
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: No host key, drop-in, PAM file or state file is written and sshd is neither started nor reloaded.
+  diff_mode:
+    support: partial
+    details: The drop-in (O(content)); host keys, the PAM file and a restart or reload show only as a change.
 """
 
 EXAMPLES = r"""
@@ -122,6 +128,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
 from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
 from ansible_collections.provision.cluster.plugins.module_utils.sshd import (
     config_digest,
@@ -137,14 +144,6 @@ from ansible_collections.provision.cluster.plugins.module_utils.sshd import (
 
 HOST_KEYS = ("rsa", "ecdsa", "ed25519")
 SSHD_NAMES = ("sshd",)
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def _wait(predicate, timeout, step=0.1):
@@ -185,34 +184,31 @@ class Sshd:
             return False, None
         if not content.endswith("\n"):
             content += "\n"
-        old = _read(path)
-        if old == content:
-            return False, None
-        diff = {"before": old or "", "after": content, "before_header": path, "after_header": path}
+        old = read_text(path)
+        w = FileWriter(self.m)
+
+        def valid(tmp):
+            rc, out, err = self.run([self.sshd, "-t", "-f", tmp], check=False)
+            if rc != 0:
+                raise ValueError("the new sshd drop-in is invalid (%s): %s" % (path, (err or out).strip()))
+
+        try:
+            if not w.write(path, content, mode=0o644, new_only=True, validate=valid, dir_mode=0o755):
+                return False, None
+        except ValueError as exc:
+            self.m.fail_json(msg=str(exc))
         if self.m.check_mode:
-            return True, diff
-        directory = os.path.dirname(path)
-        os.makedirs(directory, 0o755, exist_ok=True)
-        tmp = os.path.join(directory, ".%s.provision-tmp" % os.path.basename(path))
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.chmod(tmp, 0o644)
-        rc, out, err = self.run([self.sshd, "-t", "-f", tmp], check=False)
-        if rc != 0:
-            os.unlink(tmp)
-            self.m.fail_json(msg="the new sshd drop-in is invalid (%s): %s" % (path, (err or out).strip()))
-        self.m.atomic_move(tmp, path)
+            return True, w.diffs[0]
         rc, out, err = self.run([self.sshd, "-t", "-f", self.p["main_config"]], check=False)
         if rc != 0:
+            restore = FileWriter(self.m)
             if old is None:
-                os.unlink(path)
+                restore.remove(path)
             else:
-                with open(tmp, "w", encoding="utf-8") as handle:
-                    handle.write(old)
-                self.m.atomic_move(tmp, path)
+                restore.write(path, old)
             self.m.fail_json(msg="sshd -t rejects %s with the new drop-in, old one restored: %s"
                              % (self.p["main_config"], (err or out).strip()))
-        return True, diff
+        return True, w.diffs[0]
 
     def effective(self):
         rc, out, err = self.run([self.sshd, "-T", "-f", self.p["main_config"]], check=False)
@@ -264,7 +260,7 @@ class Sshd:
 
 
 def _zombie(pid):
-    stat = _read("/proc/%d/stat" % pid) or ""
+    stat = read_text("/proc/%d/stat" % pid, "")
     return ") Z " in stat
 
 
@@ -316,7 +312,7 @@ def main():
             module.fail_json(msg=problems[0])
         warnings += problems
     try:
-        state = json.loads(_read(p["state_file"]) or "{}")
+        state = json.loads(read_text(p["state_file"]) or "{}")
     except ValueError:
         state = {}
     result = dict(mode=mode, host_keys_generated=generated, config_changed=config_changed,
@@ -325,15 +321,11 @@ def main():
         result["diff"] = diff
     checks_ok = True
     if mode == "direct":
-        pam = _read(p["pam_file"])
+        pam = read_text(p["pam_file"])
         new_pam = pam_loginuid_optional(pam) if pam else None
         if new_pam is not None:
             result["changed"] = result["pam_loginuid_optional"] = True
-            if not module.check_mode:
-                tmp = p["pam_file"] + ".provision-tmp"
-                with open(tmp, "w", encoding="utf-8") as handle:
-                    handle.write(new_pam)
-                module.atomic_move(tmp, p["pam_file"])
+            FileWriter(module).write(p["pam_file"], new_pam)
         plan = plan_direct(s.reports(), state, digest, SSHD_NAMES)
         if config_changed and plan["action"] == "none":
             plan = dict(plan, action="restart", reason="configuration changed")
@@ -370,9 +362,8 @@ def main():
             module.fail_json(msg="sshd does not listen on %s after %ds: %s" % (
                 ", ".join(map(str, p["ports"])), p["timeout"], "; ".join(r["summary"] for r in reports)),
                 **result)
-        with open(p["state_file"] + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump({"pid": pids[0] if pids else None, "digest": digest, "mode": mode}, handle)
-        module.atomic_move(p["state_file"] + ".tmp", p["state_file"])
+        FileWriter(module).write(p["state_file"], json.dumps({"pid": pids[0] if pids else None, "digest": digest,
+                                                             "mode": mode}))
     checks = [{"check": "sshd listening on %d" % r["port"],
                "status": "pass" if r["listening"] and any(x["name"] in SSHD_NAMES for x in r["processes"])
                else ("warn" if module.check_mode else "fail"),

@@ -36,8 +36,14 @@ options:
     description: How many modules run at the same time on the host.
     type: int
     default: 8
-notes:
-  - Supports check mode (passed on to every module).
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Passed on to every module it runs (C(provision verify) runs it in check mode).
+  diff_mode:
+    support: none
+    details: Each module's result is returned as it is, under RV(results).
 """
 
 EXAMPLES = r"""

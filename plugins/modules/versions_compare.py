@@ -30,8 +30,7 @@ options:
     description: Fail when nodes differ.
     type: bool
     default: true
-notes:
-  - Supports check mode.
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
 EXAMPLES = r"""

@@ -57,8 +57,13 @@ options:
     description: Seconds one pip download may take.
     type: int
     default: 1800
-notes:
-  - Supports check mode (reports what would be downloaded, downloads nothing).
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would be downloaded, downloads nothing.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""
@@ -90,9 +95,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
 from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
 
 
@@ -145,11 +150,8 @@ def main():
     if todo:
         state["present"] = set(os.listdir(path))
     new = P.wheelhouse_records(path, state, set_files)
-    if new != state["manifest"] and not module.check_mode:
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest.")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(new, fh, indent=1, sort_keys=True)
-        module.atomic_move(tmp, os.path.join(path, P.MANIFEST))
+    if new != state["manifest"]:
+        FileWriter(module).write(os.path.join(path, P.MANIFEST), json.dumps(new, indent=1, sort_keys=True))
     module.exit_json(changed=bool(todo), downloaded=todo, by_set=P.wheelhouse_by_set(state, new), path=path)
 
 

@@ -36,8 +36,13 @@ options:
     type: list
     elements: dict
     required: true
-notes:
-  - Supports check mode.
+extends_documentation_fragment: [provision.cluster.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Compares only (no directory is made, nothing is transferred); RV(missing) is what would be copied.
+  diff_mode:
+    support: none
 """
 
 EXAMPLES = r"""
@@ -68,9 +73,9 @@ present:
 
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
 from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
 
 NODE_MANIFEST = ".provision-wheelhouse-node.json"
@@ -123,11 +128,8 @@ def main():
     missing = P.wheelhouse_diff(expected, records)
     merged = dict(cache)
     merged.update(records)
-    if merged != original and not module.check_mode:
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=".node-manifest.")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(merged, fh, indent=1, sort_keys=True)
-        module.atomic_move(tmp, cache_path)
+    if merged != original:
+        FileWriter(module).write(cache_path, json.dumps(merged, indent=1, sort_keys=True))
     # in compare mode, files to copy are the change to come (check mode reports it)
     module.exit_json(changed=changed or bool(missing), missing=missing, present=sorted(set(want) - set(missing)))
 

@@ -25,7 +25,7 @@ from helpers import REPO, ansible_env, tool
 from provision import bootstrap as bs
 
 PASSWORD = "correct horse"
-FIX = Path(__file__).resolve().parent.parent / "fixtures" / "bootstrap"
+FIX = REPO / "tests" / "fixtures" / "bootstrap"
 
 
 def _keygen(path: Path) -> paramiko.PKey:

@@ -12,7 +12,11 @@ import time
 import pytest
 import yaml
 
+import helpers
 from helpers import REPO, ansible_env, tool
+from provision.commands import launch
+
+FAIL = helpers.FIXTURES / "h100-node" / "failures"
 
 
 def _cluster(tmp_path, scripts: dict[str, str]):
@@ -95,3 +99,34 @@ def test_usage_and_inventory_errors_exit_2_with_one_line(tmp_path, args, needle)
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# --------------------------------------------------------------------------- the diagnosis of a failed job
+def test_launch_prints_the_diagnosis_of_a_failed_job(capsys):
+    launch._diagnose_output({"n1": "started\n", "n2": (FAIL / "nccl-bogus-ifname.log").read_text(encoding="utf-8", errors="replace")})
+    err = capsys.readouterr().err
+    assert "provision launch: diagnose: n2: diagnose.no_interface: NCCL found no usable interface: " \
+           "NCCL_SOCKET_IFNAME=bogus0" in err and "| fix: set NCCL_SOCKET_IFNAME" in err
+    launch._diagnose_output({"n1": "hello\n"})
+    assert "no known cause" in capsys.readouterr().err
+    launch._diagnose_output({})
+    assert capsys.readouterr().err == ""
+
+
+def test_printer_keeps_the_tail_of_each_nodes_output():
+    printer = launch.Printer(["n1", "n2"])
+    printer.TAIL = 10
+    printer.feed("n1", "0123456789abc\n")
+    printer.feed("n2", "x")
+    assert printer.tail == {"n1": "456789abc\n", "n2": "x"}
+
+
+def test_launch_end_to_end_names_the_cause_when_the_job_fails(tmp_path):
+    """Through Ansible on two local "nodes": n2 prints a real NCCL failure and exits 1."""
+    inv = _cluster(tmp_path, {"n1": "echo started; sleep 30\n",
+                              "n2": f"cat '{FAIL / 'nccl-bogus-ifname.log'}'; exit 1\n"})
+    proc = subprocess.run([tool("provision"), "launch", "-i", str(inv), "--poll-wait", "1", "--", "x"], cwd=REPO,
+                          env=ansible_env(), capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "provision launch: diagnose: n2: diagnose.no_interface: NCCL found no usable interface: " \
+           "NCCL_SOCKET_IFNAME=bogus0" in proc.stderr, proc.stderr

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers import REPO
 from provision import bootstrap as bs
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures" / "bootstrap"
+FIX = REPO / "tests" / "fixtures" / "bootstrap"
 NODE1 = "[10.89.157.11]:2222"
 
 

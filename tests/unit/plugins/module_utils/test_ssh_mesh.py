@@ -1,15 +1,13 @@
-"""Pure logic of the ssh fabric: managed blocks, known_hosts, ssh config, ssh error classes,
-sshd decisions, pdsh output. Captures under tests/fixtures/ssh are real (see its README)."""
+"""Pure logic of the ssh fabric (plugins/module_utils/ssh_mesh.py): managed blocks, known_hosts, ssh config,
+ssh error classes, StrictModes, KexAlgorithms. Captures under tests/fixtures/ssh are real (see its README)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import helpers  # noqa: F401
+import helpers
 import pytest
-from ansible_collections.provision.cluster.plugins.module_utils import pdsh, ssh_mesh, sshd
+from ansible_collections.provision.cluster.plugins.module_utils import ssh_mesh
 
-OURS = Path(__file__).resolve().parent.parent / "fixtures" / "ssh"
+OURS = helpers.REPO / "tests" / "fixtures" / "ssh"
 K1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJbawRjG3MDzSAy7cj9UgH4Pd4tZ57YEk09lJy0a0RZ3"
 K2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDrhqd7Fx8NGF14eOq4kYtIX0ld3zYSLJD8YFandNsT9"
 NODES = [
@@ -103,13 +101,6 @@ def test_classify_our_own_timeout_and_unknown():
     assert (cls, line) == ("other", "kex_exchange_identification: read: reset")
 
 
-# ------------------------------------------------------------------ sshd decisions
-
-def _rep(port, listening, procs):
-    return {"port": port, "listening": listening, "held": listening or bool(procs),
-            "processes": [{"pid": p, "name": n} for p, n in procs], "summary": f"{port} summary"}
-
-
 def test_strict_modes_problems_as_sshd_judges_them():
     ok = [("/home/u", 1000, 0o40755), ("/home/u/.ssh", 1000, 0o40700), ("/home/u/.ssh/authorized_keys", 1000, 0o100600)]
     assert ssh_mesh.strict_modes_problems(1000, ok) == []
@@ -124,94 +115,6 @@ def test_strict_modes_problems_as_sshd_judges_them():
     # a home owned by root is fine for any user; group-writable is not
     assert ssh_mesh.strict_modes_problems(1000, [("/home/u", 0, 0o40775)]) == [
         "/home/u is mode 0775 (writable by group)"]
-
-
-def test_sshd_T_parse_and_problems():
-    eff = sshd.parse_sshd_T("port 2222\nport 22\npasswordauthentication no\npubkeyauthentication yes\n")
-    assert eff["port"] == ["2222", "22"]
-    assert sshd.effective_problems(eff, [2222], {"passwordauthentication": "no"}) == []
-    probs = sshd.effective_problems(eff, [2223], {"passwordauthentication": "yes"})
-    assert probs[0].startswith("effective config does not listen on 2223 (ports: 22, 2222)")
-    assert "passwordauthentication is no, not yes" in probs[1]
-
-
-def test_plan_direct():
-    digest = "d1"
-    assert sshd.plan_direct([_rep(2222, False, [])], {}, digest)["action"] == "start"
-    run = [_rep(2222, True, [(69, "sshd")])]
-    assert sshd.plan_direct(run, {"pid": 69, "digest": "d1"}, digest)["action"] == "none"
-    changed = sshd.plan_direct(run, {"pid": 69, "digest": "d0"}, digest)
-    assert changed == {"action": "restart", "kill": [69], "reason": "configuration changed"}
-    other = sshd.plan_direct(run, {}, digest)  # started by someone else (e.g. an image's entrypoint)
-    assert other["action"] == "restart" and other["kill"] == [69]
-    blocked = sshd.plan_direct([_rep(2222, True, [(4242, "python")])], {}, digest)
-    assert blocked["action"] == "blocked" and blocked["reason"] == "2222 summary"
-    partial = sshd.plan_direct([_rep(2222, True, [(69, "sshd")]), _rep(22, False, [])], {"pid": 69}, digest)
-    assert partial["action"] == "restart"
-
-
-def test_plan_systemd():
-    assert sshd.plan_systemd("ssh", True, True, False, False) == []
-    assert sshd.plan_systemd("ssh", True, True, False, True) == [["systemctl", "reload", "ssh"]]
-    assert sshd.plan_systemd("sshd", False, False, False, True) == [["systemctl", "enable", "sshd"],
-                                                                    ["systemctl", "start", "sshd"]]
-    assert sshd.plan_systemd("ssh", False, False, True, True) == [["systemctl", "daemon-reload"],
-                                                                  ["systemctl", "restart", "ssh.socket"]]
-    assert sshd.plan_systemd("ssh", False, False, True, False) == []
-
-
-# ------------------------------------------------------------------ pdsh
-
-def test_pdsh_output_ok():
-    ans, err, fixes = pdsh.parse_pdsh_output((OURS / "pdsh-out-ok.stdout").read_text(),
-                                             (OURS / "pdsh-out-ok.stderr").read_text())
-    assert ans == {"node1": "node1", "node2": "node2", "node3": "node3"} and err == {}
-    assert pdsh.missing_answers(["node1", "node2", "node3"], ["node1", "node2", "node3"], ans, err) == []
-
-
-def test_pdsh_output_one_unresolvable():
-    ans, err, fixes = pdsh.parse_pdsh_output((OURS / "pdsh-out-one-unresolvable.stdout").read_text(),
-                                             (OURS / "pdsh-out-one-unresolvable.stderr").read_text())
-    hosts = ["node1", "node2", "node3", "nosuchnode"]
-    assert pdsh.missing_answers(hosts, hosts, ans, err) == [
-        "nosuchnode: ssh: Could not resolve hostname nosuchnode: Name or service not known"]
-    assert pdsh.missing_answers(["node1"], ["gpu-a"], ans, err) == ["node1: answered node1, expected gpu-a"]
-
-
-def test_pdsh_output_host_key_changed_names_ssh_message_not_banner():
-    ans, err, fixes = pdsh.parse_pdsh_output((OURS / "pdsh-out-host-key-changed.stdout").read_text(),
-                                             (OURS / "pdsh-out-host-key-changed.stderr").read_text())
-    assert ans == {"node1": "node1"}
-    assert pdsh.missing_answers(["node1", "node2"], ["node1", "node2"], ans, err) == [
-        "node2: Host key for [10.89.224.12]:2222 has changed and you have requested strict checking."]
-    assert list(fixes) == ["node2"] and fixes["node2"][0] == "host_key_changed"
-    assert "known_hosts" in fixes["node2"][1]
-    # an unresolvable name is classified too; the ok run has nothing to fix
-    assert pdsh.parse_pdsh_output("", (OURS / "pdsh-out-one-unresolvable.stderr").read_text())[2]["nosuchnode"][0] \
-        == "name_unresolvable"
-    assert pdsh.parse_pdsh_output("", (OURS / "pdsh-out-ok.stderr").read_text())[2] == {}
-
-
-def test_as_user():
-    import os
-    import pwd
-
-    me = pwd.getpwuid(os.getuid()).pw_name
-    kwargs, err = ssh_mesh.as_user(me, {"PDSH_RCMD_TYPE": "ssh"})
-    assert err is None and "user" not in kwargs and "preexec_fn" not in kwargs
-    assert kwargs["env"]["PDSH_RCMD_TYPE"] == "ssh" and kwargs["env"]["USER"] == me
-    assert ssh_mesh.as_user("no-such-user-provision")[1] == "user no-such-user-provision does not exist"
-    if os.getuid() == 0:
-        kwargs, err = ssh_mesh.as_user("nobody")
-        assert err is None and kwargs["user"] == pwd.getpwnam("nobody").pw_uid
-
-
-def test_pam_loginuid_made_optional_on_real_debian_file():
-    text = (OURS / "debian12-pam.d-sshd.txt").read_text()
-    new = sshd.pam_loginuid_optional(text)
-    assert "session    optional     pam_loginuid.so" in new
-    assert new.replace("optional     pam_loginuid", "required     pam_loginuid") == text
-    assert sshd.pam_loginuid_optional(new) is None
 
 
 def test_kex_preference_from_real_ssh_G_output():

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from helpers import REPO, ansible_env, tool
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import limits as LIM
+from ansible_collections.provision.cluster.plugins.module_utils import node_facts as NF
 
 
 def _run(tmp_path, *extra, check=False):
@@ -46,11 +47,11 @@ def test_bare_metal_dropin_check_mode_then_write_then_idempotent(tmp_path):
     # this process's own memlock is measured (the drop-in is not where PAM reads): the forced rule
     # passes only through CAP_IPC_LOCK or an unlimited limit, and says which
     memlock = {c["check"]: c for c in second["checks"]}["memlock"]
-    cap = nr.parse_capeff(open("/proc/self/status").read())
-    soft = nr.parse_limits(open("/proc/self/limits").read())["memlock"][0]
+    cap = NF.parse_capeff(open("/proc/self/status").read())
+    soft = NF.parse_limits(open("/proc/self/limits").read())["memlock"][0]
     if soft is None:
         assert memlock["status"] == "pass"
-    elif cap & (1 << nr.CAP_IPC_LOCK):
+    elif cap & (1 << LIM.CAP_IPC_LOCK):
         assert memlock["status"] == "pass" and "CAP_IPC_LOCK" in memlock["detail"]
     else:
         assert memlock["status"] == "fail" and "node_runtime_manage_limits" in memlock["fix"]

@@ -11,12 +11,13 @@ import re
 from pathlib import Path
 
 import pytest
+import helpers
 from helpers import REPO
-from .netenv_trees import seed_ib_tree
+from unit.netenv_trees import seed_ib_tree
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F
-from ansible_collections.provision.cluster.plugins.module_utils import node_runtime as nr
+from ansible_collections.provision.cluster.plugins.module_utils import node_facts as NF
 
 HEALTH = REPO / "tests" / "fixtures" / "health"
 RUNTIME = REPO / "tests" / "fixtures" / "runtime"
@@ -306,8 +307,8 @@ def test_rdma_devices_visible():
 
 def test_memlock_uses_node_runtime_rule_on_a_real_container_snapshot():
     snap = json.loads((RUNTIME / "podman-node2-memlock64k-nofile1024.json").read_text())
-    limits = nr.parse_limits(snap["files"]["/proc/self/limits"])
-    runtime = nr.detect_container(snap)
+    limits = NF.parse_limits(snap["files"]["/proc/self/limits"])
+    runtime = NF.detect_container(snap)
     (rec,) = F.check_memlock(limits, ["mlx5_1"], runtime["container"], runtime["runtime"], node="node2")
     assert rec["status"] == C.FAIL and rec["check"] == "rdma_memlock"
     assert "--ulimit memlock=-1:-1" in rec["fix"] and rec["data"]["value"] == 65536
@@ -349,29 +350,23 @@ def test_rates_across_nodes(tmp_path):
 
 # ---------------------------------------------------------------- the module, in-process
 
-def _module_run(monkeypatch, capsys, root, args):
-    from ansible.module_utils.testing import patch_module_args
-    from ansible_collections.provision.cluster.plugins.modules import fabric_health_info as M
-
-    monkeypatch.setenv("PATH", str(root / "bin"))
-    with patch_module_args(dict({"root": str(root), "node": "n1"}, **args)):
-        with pytest.raises(SystemExit):
-            M.main()
-    return json.loads(capsys.readouterr().out)
+def _module_run(root, args):
+    return helpers.run_module("fabric_health_info", dict({"root": str(root), "node": "n1"}, **args),
+                              env=dict(os.environ, PATH=str(root / "bin")))
 
 
-def test_module_without_rdma_skips_everything(monkeypatch, capsys, tmp_path):
-    out = _module_run(monkeypatch, capsys, tmp_path, {})
+def test_module_without_rdma_skips_everything(tmp_path):
+    out = _module_run(tmp_path, {})
     assert {c["status"] for c in out["checks"]} == {"skip"} and len(out["checks"]) == len(F.CATEGORIES)
     assert out["fabric_health"]["ports"] == [] and out["changed"] is False
 
 
-def test_module_on_the_seed_tree(monkeypatch, capsys, tmp_path):
+def test_module_on_the_seed_tree(tmp_path):
     seed_ib_tree(tmp_path)
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc" / "modules").write_text("mlx5_ib 1 0 - Live 0x0\n")
     _counters(tmp_path / "sys", "mlx5_1", {"symbol_error": 0, "link_downed": 25})
-    out = _module_run(monkeypatch, capsys, tmp_path, {"counter_interval": 1})
+    out = _module_run(tmp_path, {"counter_interval": 1})
     by = by_dev(out["checks"])
     assert by["ib_port_state mlx5_2/1"]["status"] == "warn" and by["ib_port_rate"]["status"] == "pass"
     assert by["ib_counters"]["status"] == "pass" and "1s" in by["ib_counters"]["detail"]
@@ -386,20 +381,13 @@ def test_ansible_doc_renders_and_module_runs_through_ansible_on_this_machine():
     import subprocess
     import sys
 
-    import helpers
-
     proc = subprocess.run([helpers.tool("ansible-doc"), "provision.cluster.fabric_health_info"], cwd=REPO,
                           env=helpers.ansible_env(), capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "RETURN VALUES" in proc.stdout and "ATTRIBUTES" in proc.stdout
     if F.read_ports("/sys"):
         pytest.skip("this machine has RDMA devices: the no-RDMA path is covered in-process")
-    argv = [helpers.tool("ansible"), "localhost", "-c", "local", "-i", "localhost,", "-e",
-            "ansible_python_interpreter=%s" % sys.executable, "-m", "provision.cluster.fabric_health_info",
-            "-a", json.dumps({"node": "ctl"}), "-o", "--check"]
-    proc = subprocess.run(argv, cwd=REPO, env=helpers.ansible_env(), capture_output=True, text=True, timeout=120,
-                          check=False)
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("localhost |"))
-    out = json.loads(line.partition(" => ")[2])
+    line, out = helpers.adhoc("fabric_health_info", {"node": "ctl"}, "--check", "-i", "localhost,", "-e",
+                              "ansible_python_interpreter=%s" % sys.executable)
     assert line.startswith("localhost | SUCCESS") and out["changed"] is False
     assert {c["status"] for c in out["checks"]} == {"skip"} and len(out["checks"]) == len(F.CATEGORIES)

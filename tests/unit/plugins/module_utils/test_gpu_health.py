@@ -11,6 +11,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+import helpers
 from helpers import FIXTURES, REPO
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
@@ -371,11 +372,8 @@ def test_dcgmi_tables_that_pass():
 
 # ---------------------------------------------------------------- the module, in-process
 
-def _module_run(monkeypatch, capsys, tmp_path, args, smi_xml=None, nvlink=None, dmesg=None):
+def _module_run(tmp_path, args, smi_xml=None, nvlink=None, dmesg=None):
     """Run gpu_health_info.main() in this process with stand-in tools on PATH that print captures."""
-    from ansible.module_utils.testing import patch_module_args
-    from ansible_collections.provision.cluster.plugins.modules import gpu_health_info as M
-
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     data = tmp_path / "data"
@@ -393,33 +391,30 @@ def _module_run(monkeypatch, capsys, tmp_path, args, smi_xml=None, nvlink=None, 
     root = tmp_path / "root"
     (root / "proc" / "sys" / "kernel").mkdir(parents=True, exist_ok=True)
     (root / "proc" / "sys" / "kernel" / "dmesg_restrict").write_text("0\n")
-    monkeypatch.setenv("PATH", str(bindir))
-    with patch_module_args(dict({"root": str(root), "node": "n1"}, **args)):
-        with pytest.raises(SystemExit):
-            M.main()
-    return json.loads(capsys.readouterr().out)
+    return helpers.run_module("gpu_health_info", dict({"root": str(root), "node": "n1"}, **args),
+                              env=dict(os.environ, PATH=str(bindir)))
 
 
-def test_module_without_gpu_skips_everything(monkeypatch, capsys, tmp_path):
-    out = _module_run(monkeypatch, capsys, tmp_path, {})
+def test_module_without_gpu_skips_everything(tmp_path):
+    out = _module_run(tmp_path, {})
     assert not out.get("failed") and out["changed"] is False
     assert {c["status"] for c in out["checks"]} == {"skip"} and len(out["checks"]) == len(H.CATEGORIES)
     assert "nvidia-smi not found" in out["checks"][0]["detail"]
     assert out["gpu_health"]["gpu_count"] == 0
 
 
-def test_module_gpu_on_the_bus_without_driver_fails_the_count(monkeypatch, capsys, tmp_path):
+def test_module_gpu_on_the_bus_without_driver_fails_the_count(tmp_path):
     dev = tmp_path / "root" / "sys" / "bus" / "pci" / "devices" / "0000:00:06.0"
     dev.mkdir(parents=True)
     (dev / "vendor").write_text("0x10de\n")
     (dev / "class").write_text("0x030200\n")
-    out = _module_run(monkeypatch, capsys, tmp_path, {})
+    out = _module_run(tmp_path, {})
     assert out["checks"][0]["status"] == "fail" and "0000:00:06.0" in out["checks"][0]["detail"]
     assert {c["status"] for c in out["checks"][1:]} == {"skip"}
 
 
-def test_module_on_replayed_captures(monkeypatch, capsys, tmp_path):
-    out = _module_run(monkeypatch, capsys, tmp_path, {"expected_gpus": 1}, smi_xml=edited_xml("pcie-width-x8"),
+def test_module_on_replayed_captures(tmp_path):
+    out = _module_run(tmp_path, {"expected_gpus": 1}, smi_xml=edited_xml("pcie-width-x8"),
                       nvlink=(HEALTH / "nvlink-s-bottlerocket-4418-h100.txt").read_text(),
                       dmesg=HEALTH / "xid-akash-209-fallen-off-bus.dmesg.txt")
     by = {c["check"]: c for c in out["checks"]}
@@ -430,10 +425,10 @@ def test_module_on_replayed_captures(monkeypatch, capsys, tmp_path):
     assert by["gpu_dcgm_diag"]["status"] == "skip"
 
 
-def test_module_reads_the_link_under_a_load_command(monkeypatch, capsys, tmp_path):
+def test_module_reads_the_link_under_a_load_command(tmp_path):
     pidfile = tmp_path / "load.pid"
     load = "import os, time; open(%r, 'w').write(str(os.getpid())); time.sleep(30)" % str(pidfile)
-    out = _module_run(monkeypatch, capsys, tmp_path, {"load_command": [sys.executable, "-c", load],
+    out = _module_run(tmp_path, {"load_command": [sys.executable, "-c", load],
                                                       "load_seconds": 1, "kernel_log": False},
                       smi_xml=edited_xml("pcie-gen1-idle"))
     assert out["gpu_health"]["loaded"] is True
@@ -443,8 +438,8 @@ def test_module_reads_the_link_under_a_load_command(monkeypatch, capsys, tmp_pat
     assert not os.path.exists("/proc/%s" % pidfile.read_text())   # the load was stopped and reaped
 
 
-def test_module_kernel_log_unreadable_is_a_skip_with_the_reason(monkeypatch, capsys, tmp_path):
-    out = _module_run(monkeypatch, capsys, tmp_path, {}, smi_xml=H100_XML.read_text())
+def test_module_kernel_log_unreadable_is_a_skip_with_the_reason(tmp_path):
+    out = _module_run(tmp_path, {}, smi_xml=H100_XML.read_text())
     xid = {c["check"]: c for c in out["checks"]}["gpu_xid"]
     assert xid["status"] == "skip" and "kernel log not readable" in xid["detail"] and "become" in xid["detail"]
 
@@ -454,7 +449,6 @@ def test_module_kernel_log_unreadable_is_a_skip_with_the_reason(monkeypatch, cap
 def test_ansible_doc_renders_and_module_runs_through_ansible_on_this_machine():
     import subprocess
 
-    import helpers
 
     proc = subprocess.run([helpers.tool("ansible-doc"), "provision.cluster.gpu_health_info"], cwd=REPO,
                           env=helpers.ansible_env(), capture_output=True, text=True, timeout=120, check=False)
@@ -462,12 +456,7 @@ def test_ansible_doc_renders_and_module_runs_through_ansible_on_this_machine():
     assert "RETURN VALUES" in proc.stdout and "ATTRIBUTES" in proc.stdout and "check_mode" in proc.stdout
     if H.pci_nvidia_devices("/sys")["gpus"]:
         pytest.skip("this machine has an NVIDIA GPU: the no-GPU path is covered in-process")
-    argv = [helpers.tool("ansible"), "localhost", "-c", "local", "-i", "localhost,", "-e",
-            "ansible_python_interpreter=%s" % sys.executable, "-m", "provision.cluster.gpu_health_info",
-            "-a", json.dumps({"node": "ctl"}), "-o", "--check"]
-    proc = subprocess.run(argv, cwd=REPO, env=helpers.ansible_env(), capture_output=True, text=True, timeout=120,
-                          check=False)
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("localhost |"))
-    out = json.loads(line.partition(" => ")[2])
+    line, out = helpers.adhoc("gpu_health_info", {"node": "ctl"}, "--check", "-i", "localhost,", "-e",
+                              "ansible_python_interpreter=%s" % sys.executable)
     assert line.startswith("localhost | SUCCESS") and out["changed"] is False
     assert {c["status"] for c in out["checks"]} == {"skip"} and {c["node"] for c in out["checks"]} == {"ctl"}

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from helpers import FIXTURES, REPO
+import helpers
+from helpers import FIXTURES
 
 from ansible_collections.provision.cluster.plugins.module_utils import gpu as G
 
@@ -137,11 +136,8 @@ def test_pick_toolkit():
 
 
 def _run_module(args: dict, env_path: str) -> dict:
-    """Run the module file as Ansible would (args JSON on stdin), with PATH controlled."""
-    proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/gpu_facts.py")],
-                          input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True, text=True,
-                          env={"PATH": env_path, "PYTHONPATH": str(REPO / "collections")}, timeout=60)
-    return json.loads(proc.stdout)
+    """Run the module in this process as Ansible would, with PATH controlled."""
+    return helpers.run_module("gpu_facts", args, env={"PATH": env_path})
 
 
 def test_module_without_driver_reports_zero_and_reason(tmp_path):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
+from helpers import REPO
 from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
 
-RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "verify"
+RECORDED = REPO / "tests" / "fixtures" / "verify"
 bashrc = pytest.importorskip("ansible_collections.provision.cluster.plugins.module_utils.bashrc")
 
 

@@ -1,26 +1,15 @@
-"""The modules as Ansible runs them, on the controller itself (no lab): docs render, port_facts
-reads the real /proc, ssh_mesh writes only what changed and keeps foreign lines."""
+"""The ssh fabric's modules as Ansible runs them, on the controller itself (no lab): docs render, ssh_mesh
+writes only what changed and keeps foreign lines; no host key check is switched off anywhere."""
 
 from __future__ import annotations
 
-import json
-import socket
 import subprocess
 
 import helpers
 import pytest
 
+
 MODULES = ["port_facts", "sshd_service", "ssh_identity", "ssh_mesh", "ssh_mesh_check", "pdsh_config"]
-
-
-def _adhoc(module, args, *extra):
-    argv = [helpers.tool("ansible"), "localhost", "-c", "local", "-m", f"provision.cluster.{module}",
-            "-a", json.dumps(args), "-o", *extra]
-    proc = subprocess.run(argv, cwd=helpers.REPO, env=helpers.ansible_env(), capture_output=True, text=True,
-                          timeout=120, check=False)
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("localhost |"))
-    status, _, payload = line.partition(" => ")
-    return status, json.loads(payload)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -31,19 +20,6 @@ def test_ansible_doc_renders(module):
     assert "RETURN VALUES" in proc.stdout and "EXAMPLES" in proc.stdout
 
 
-def test_port_facts_module_on_a_loopback_listener():
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen()
-        port = srv.getsockname()[1]
-        status, res = _adhoc("port_facts", {"ports": [port], "expect": "free"}, "--check")
-    assert "SUCCESS" in status and res["changed"] is False
-    (rep,) = res["ports"]
-    assert rep["listening"] and rep["summary"].startswith(f"{port} is held by pid ")
-    assert res["failed_checks"] and res["failed_checks"][0]["fix"].startswith("stop it: kill ")
-    assert port in res["listening"]
-
-
 def test_ssh_mesh_module_controller_known_hosts_and_hosts_file(tmp_path):
     kh = tmp_path / "labs" / "x" / "known_hosts"
     hosts = tmp_path / "hosts"
@@ -52,14 +28,14 @@ def test_ssh_mesh_module_controller_known_hosts_and_hosts_file(tmp_path):
               "host_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJbawRjG3MDzSAy7cj9UgH4Pd4tZ57YEk09lJy0a0RZ3"]}]
     args = {"nodes": nodes, "known_hosts_path": str(kh), "hosts_file": str(hosts), "authorized_keys": False,
             "known_hosts": False, "ssh_config": False, "block_name": "lab"}
-    status, res = _adhoc("ssh_mesh", args, "--check")
+    status, res = helpers.adhoc("ssh_mesh", args, "--check")
     assert "CHANGED" in status and not kh.exists()  # check mode writes nothing
-    status, res = _adhoc("ssh_mesh", args)
+    status, res = helpers.adhoc("ssh_mesh", args)
     assert "CHANGED" in status
     assert kh.read_text().splitlines()[1].startswith("[node1]:2222,[10.89.77.11]:2222 ssh-ed25519 ")
     assert oct(kh.stat().st_mode & 0o777) == "0o600"
     assert hosts.read_text().endswith("# END provision.cluster lab\n127.0.0.1 localhost\n")
-    status, res = _adhoc("ssh_mesh", args)
+    status, res = helpers.adhoc("ssh_mesh", args)
     assert "SUCCESS" in status and res["changed"] is False
 
 
@@ -68,7 +44,7 @@ def test_no_host_key_override_anywhere_in_the_repo():
     proc = subprocess.run(["git", "grep", "-n", "-i", "-E",
                            r"StrictHostKeyChecking[= ]+(no|accept-new)|UserKnownHostsFile[= ]+/dev/null",
                            "--", "*.py", "*.yml", "*.yaml", "*.j2", "*.cfg", "*.sh", "*.toml", "*.ini",
-                           ":!tests/unit/test_ssh_modules.py"],
+                           ":!tests/unit/plugins/modules/test_ssh_mesh.py"],
                           cwd=helpers.REPO, capture_output=True, text=True, check=False)
     assert proc.returncode in (0, 1), proc.stderr
     assert proc.stdout == "", proc.stdout
@@ -78,11 +54,11 @@ def test_ssh_mesh_module_makes_the_controller_key_once(tmp_path):
     key = tmp_path / "ctl" / "id_ed25519"
     args = {"nodes": [], "identity_key_file": str(key), "authorized_keys": False, "known_hosts": False,
             "ssh_config": False}
-    status, res = _adhoc("ssh_mesh", args)
+    status, res = helpers.adhoc("ssh_mesh", args)
     assert "CHANGED" in status and res["public_key"].startswith("ssh-ed25519 ")
     assert oct(key.stat().st_mode & 0o777) == "0o600" and oct(key.parent.stat().st_mode & 0o777) == "0o700"
     digest = key.read_bytes()
-    status, again = _adhoc("ssh_mesh", args)
+    status, again = helpers.adhoc("ssh_mesh", args)
     assert "SUCCESS" in status and again["public_key"] == res["public_key"] and key.read_bytes() == digest
 
 

@@ -3,15 +3,14 @@ preservation, idempotence, quoting proven by bash itself, and ~/.deepspeed_env."
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from ansible_collections.provision.cluster.plugins.module_utils import bashrc as br
-from helpers import COLLECTIONS, REPO
+import helpers
+from helpers import REPO
 
 BASHRC = REPO / "tests" / "fixtures" / "netenv" / "bashrc"
 SKEL = (BASHRC / "debian12-skel.bashrc").read_text()          # case $- in *i*) ;; *) return;; esac
@@ -174,13 +173,9 @@ def test_deepspeed_keys_are_recorded_in_the_block():
 
 
 def _module(tmp_path, args, check=False, diff=False):
-    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check, _ansible_diff=diff,
-                                           _ansible_tmpdir=str(tmp_path), _ansible_remote_tmp=str(tmp_path))}
-    (tmp_path / "args.json").write_text(json.dumps(payload))
-    proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/shell_env_block.py"), str(tmp_path / "args.json")],
-                          capture_output=True, text=True, env={"PYTHONPATH": str(COLLECTIONS), "HOME": str(tmp_path)},
-                          check=False)
-    return json.loads(proc.stdout)
+    return helpers.run_module("shell_env_block", dict(args, _ansible_check_mode=check, _ansible_diff=diff,
+                                                      _ansible_tmpdir=str(tmp_path), _ansible_remote_tmp=str(tmp_path)),
+                              env={"HOME": str(tmp_path)})
 
 
 def test_module_check_diff_then_write_then_idempotent(tmp_path):
@@ -204,3 +199,18 @@ def test_module_check_diff_then_write_then_idempotent(tmp_path):
     assert again["changed"] is False and {c["status"] for c in again["checks"]} == {"pass"}
     gone = _module(tmp_path, dict(args, state="absent"))
     assert gone["changed"] is True and rc.read_text() == SKEL and ds.read_text() == ""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a file for another user needs root")
+def test_module_gives_the_files_it_makes_to_the_user(tmp_path):
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    rc, ds = tmp_path / "bashrc", tmp_path / "ds_env"
+    args = {"user": "nobody", "bashrc": str(rc), "env": {"NCCL_SOCKET_IFNAME": "eth1"},
+            "deepspeed_env": str(ds), "deepspeed_vars": {"NCCL_SOCKET_IFNAME": "eth1"}}
+    done = _module(tmp_path, args)
+    assert done["changed"] is True
+    for made in (rc, ds):
+        st = made.stat()
+        assert (st.st_uid, st.st_gid, oct(st.st_mode & 0o777)) == (nobody.pw_uid, nobody.pw_gid, "0o644"), made
+

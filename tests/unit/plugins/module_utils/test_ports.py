@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
-import helpers  # noqa: F401  (puts collections/ on sys.path)
+from helpers import REPO
 import pytest
 from ansible_collections.provision.cluster.plugins.module_utils import ports
 
-OURS = Path(__file__).resolve().parent.parent / "fixtures" / "ssh"
+OURS = REPO / "tests" / "fixtures" / "ssh"
 
 
 def test_decode_address_ipv4_and_ipv6():

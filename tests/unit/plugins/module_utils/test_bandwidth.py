@@ -11,7 +11,7 @@ from ansible_collections.provision.cluster.plugins.module_utils import bandwidth
 from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
 
-from .netenv_trees import seed_ib_tree
+from unit.netenv_trees import seed_ib_tree
 
 H100_LINK = 26.562   # nvidia-smi nvlink -s per link on H100 (bottlerocket-os/bottlerocket#4418)
 A100_LINK = 25.0     # NVLink3: 12 links x 25 GB/s (sjeaugey, NVIDIA/nccl-tests#149)

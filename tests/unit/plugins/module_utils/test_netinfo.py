@@ -3,16 +3,15 @@ flavours, and the seed-ib InfiniBand/RoCE node (trees built in tmp dirs by neten
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
-import sys
 
 import pytest
-from .netenv_trees import H100_NET, NETENV, net_tree, seed_ib_tree
+from unit.netenv_trees import H100_NET, NETENV, net_tree, seed_ib_tree
 
 from ansible_collections.provision.cluster.plugins.module_utils import netinfo as ni
-from helpers import COLLECTIONS, REPO
+import helpers
+from helpers import REPO
 
 LAB_FULL = NETENV / "lab-full"
 LAB_MIN = NETENV / "lab-minimal"
@@ -248,13 +247,9 @@ def test_probe_failure_names_the_pair():
 def test_module_on_a_constructed_tree(tmp_path):
     sys_root, proc_root = net_tree(tmp_path, LAB_FULL / "node1")
     # check_names off: the lab's names mean nothing on the machine running the tests
-    args = {"ANSIBLE_MODULE_ARGS": {"peers": _lab_peers(LAB_FULL), "self_name": "node1", "probe": False,
-                                    "check_names": False,
-                                    "sys_root": str(sys_root), "proc_root": str(proc_root)}}
-    (tmp_path / "args.json").write_text(json.dumps(args))
-    proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/nccl_net_facts.py"), str(tmp_path / "args.json")],
-                          capture_output=True, text=True, env={"PYTHONPATH": str(COLLECTIONS)}, check=False)
-    result = json.loads(proc.stdout)
+    args = {"peers": _lab_peers(LAB_FULL), "self_name": "node1", "probe": False, "check_names": False,
+            "sys_root": str(sys_root), "proc_root": str(proc_root)}
+    result = helpers.run_module("nccl_net_facts", args, env={})
     assert result["env"]["NCCL_SOCKET_IFNAME"] == "eth1" and result["changed"] is False
     assert {c["check"]: c["status"] for c in result["checks"]} == {"nccl_net.socket_ifname": "pass",
                                                                    "nccl_net.ib": "skip"}
@@ -286,14 +281,10 @@ def test_ansible_doc_renders(module):
 def test_module_read_only_report_for_verify(tmp_path):
     """fail_on_error=false (what verify uses): problems come back as checks, the module does not fail."""
     sys_root, proc_root = net_tree(tmp_path, LAB_FULL / "node1")
-    args = {"ANSIBLE_MODULE_ARGS": {"peers": [{"name": "node2", "address": "10.90.152.34"}], "self_name": "node1",
-                                    "fail_on_error": False, "_ansible_check_mode": True,
-                                    "sys_root": str(sys_root), "proc_root": str(proc_root)}}
-    (tmp_path / "args.json").write_text(json.dumps(args))
-    proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/nccl_net_facts.py"), str(tmp_path / "args.json")],
-                          capture_output=True, text=True, env={"PYTHONPATH": str(COLLECTIONS)}, check=False)
-    result = json.loads(proc.stdout)
-    assert proc.returncode == 0 and not result.get("failed")
+    args = {"peers": [{"name": "node2", "address": "10.90.152.34"}], "self_name": "node1",
+            "fail_on_error": False, "_ansible_check_mode": True, "sys_root": str(sys_root), "proc_root": str(proc_root)}
+    result = helpers.run_module("nccl_net_facts", args, env={})
+    assert not result.get("failed")
     check = next(c for c in result["checks"] if c["check"] == "nccl_net.socket_ifname")
     assert check["status"] == "fail" and "node2" in check["detail"] and check["fix"]
 

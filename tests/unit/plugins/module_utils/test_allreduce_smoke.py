@@ -18,15 +18,16 @@ from pathlib import Path
 
 import pytest
 
-import helpers  # noqa: F401  (puts collections/ on sys.path)
+import helpers
 from helpers import REPO
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_smoke as ar
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker as worker
+from ansible_collections.provision.cluster.plugins.module_utils import sizes
 from ansible_collections.provision.cluster.plugins.modules import allreduce_smoke as mod
 
 H100 = helpers.FIXTURES / "h100-node"
 FAIL = H100 / "failures"
-OURS = Path(__file__).resolve().parent.parent / "fixtures" / "allreduce_smoke"
+OURS = REPO / "tests" / "fixtures" / "allreduce_smoke"
 
 
 def text(path: Path) -> str:
@@ -37,12 +38,12 @@ def text(path: Path) -> str:
 @pytest.mark.parametrize("value,expected", [("64M", 64 << 20), ("64MiB", 64 << 20), ("4k", 4096),
                                             (4096, 4096), ("1G", 1 << 30), ("512", 512)])
 def test_parse_size(value, expected):
-    assert ar.parse_size(value) == expected
+    assert sizes.parse_size(value) == expected
 
 
 def test_parse_size_rejects_garbage():
     with pytest.raises(ValueError, match="not a size"):
-        ar.parse_size("64 parsecs")
+        sizes.parse_size("64 parsecs")
 
 
 def test_bandwidth_matches_nccl_tests_definition():
@@ -366,13 +367,9 @@ def test_new_run_names_what_changed():
 def test_report_stamps_the_result_and_the_filter_reuses_it_until_something_changes(tmp_path):
     from ansible_collections.provision.cluster.plugins.filter.allreduce_smoke import allreduce_smoke_reuse
     path = str(tmp_path / "result.json")
-    proc = subprocess.run([sys.executable, str(REPO / "plugins/modules/allreduce_smoke.py")],
-                          input=json.dumps({"ANSIBLE_MODULE_ARGS": {
-                              "state": "report", "names": ["node1", "node2"], "hosts": [_ok_host("node1", 0), _ok_host("node2", 1)],
-                              "master_addr": "10.0.0.1", "master_port": 29500, "path": path, "inputs": INPUTS}}),
-                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "collections")},
-                          timeout=120)
-    rep = json.loads(proc.stdout)
+    rep = helpers.run_module("allreduce_smoke", {
+        "state": "report", "names": ["node1", "node2"], "hosts": [_ok_host("node1", 0), _ok_host("node2", 1)],
+        "master_addr": "10.0.0.1", "master_port": 29500, "path": path, "inputs": INPUTS}, env={"PATH": "/usr/bin:/bin"})
     assert rep["written"] and rep["result"]["fingerprint"] == ar.fingerprint(INPUTS)
     last = rep["ansible_facts"]["allreduce_smoke_result"]          # what the fact cache keeps
     assert json.loads(Path(path).read_text())["fingerprint"] == last["fingerprint"]

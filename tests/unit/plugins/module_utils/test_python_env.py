@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import helpers
 from helpers import FIXTURES, REPO
 
 from ansible_collections.provision.cluster.plugins.module_utils import gpu as G
@@ -87,10 +88,7 @@ def test_file_records_hash_once_and_diff(tmp_path):
 
 
 def _module(name, args):
-    proc = subprocess.run([sys.executable, str(REPO / f"plugins/modules/{name}.py")],
-                          input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "collections")}, timeout=120)
-    return json.loads(proc.stdout)
+    return helpers.run_module(name, args, env={"PATH": "/usr/bin:/bin"})
 
 
 def test_wheelhouse_sync_module_compare_and_adopt(tmp_path):
