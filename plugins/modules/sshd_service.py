@@ -294,8 +294,8 @@ def main():
     if mode == "systemd" and p["keep_default_port"] and p["content"] is not None:
         # the host's own sshd (a VM, bare metal): our Port lines would replace its default 22 when no
         # other file sets a Port; keep it, so the cluster port is added beside it
-        main_text = _read(p["main_config"]) or ""
-        others = [main_text] + [_read(f) for pat in include_patterns(main_text) for f in sorted(glob.glob(pat))
+        main_text = read_text(p["main_config"]) or ""
+        others = [main_text] + [read_text(f) for pat in include_patterns(main_text) for f in sorted(glob.glob(pat))
                                 if os.path.abspath(f) != os.path.abspath(p["path"])]
         if not configured_ports(others):
             p["content"] = with_port_lines(p["content"], [22])

@@ -125,7 +125,7 @@ def test_action_plugins_refuse_an_unknown_check(tmp_path, name):
     assert proc.returncode == 2 and "unknown check bogus" in proc.stdout, (rc, doc, proc.stdout[-2000:])
 
 
-SSH_ERRORS = Path(__file__).resolve().parents[2] / "fixtures" / "ssh"
+SSH_ERRORS = REPO / "tests" / "fixtures" / "ssh"
 
 
 @pytest.mark.parametrize("capture, says, fix", [
