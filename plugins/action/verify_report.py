@@ -75,7 +75,7 @@ class ActionModule(ActionBase):
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 tmp = "%s.%d.tmp" % (path, os.getpid())
                 with open(tmp, "w", encoding="utf-8") as fh:
-                    json.dump(B.make(result), fh, indent=1, sort_keys=True)
+                    json.dump(B.make(result, old=old), fh, indent=1, sort_keys=True)
                 os.replace(tmp, path)
                 out["saved"] = True
         return out

@@ -17,11 +17,16 @@ from __future__ import annotations
 import time
 
 SCHEMA = 1
-# The default tolerance: 10% below the baseline fails. Chosen from repeated runs on the lab (README:
-# "Finding the bad node"): healthy runs of the same 2-node lab spread busbw at 64 MiB by about
-# +-6% around their median, so 10% stays clear of that noise while a degraded link (-50% or worse)
-# is far past it.
+# The default tolerance: 10% below the baseline fails. A baseline keeps up to MAX_SAMPLES runs (each
+# --save-baseline on the same cluster adds one) and is compared through their median per figure, which
+# a single lucky or unlucky run cannot move. How 10% was chosen (README: "Finding the bad node"): the
+# faults this must catch cost far more (a link limited to a tenth: -87% at 64 MiB; a lost NIC, x8 PCIe,
+# a TCP fallback: -50% or worse), and a dedicated cluster repeats busbw within a few percent; 10% sits
+# between the two. This project's lab is not such a cluster: six healthy runs of its 4-node lab, whose
+# containers share two cores with the controller and other jobs, gave 0.351-0.497 GB/s at 64 MiB
+# (median 0.38, -8%/+30%), so the lab's tests pass a wider tolerance (verify_baseline_tolerance).
 DEFAULT_TOLERANCE = 0.10
+MAX_SAMPLES = 5
 
 
 def context(inputs):
@@ -46,17 +51,36 @@ def _differences(old, new, prefix=""):
     return out
 
 
-def make(result, saved_at=None):
-    """The baseline record of one green all-reduce result (the allreduce_smoke report)."""
-    return {
-        "schema": SCHEMA,
-        "saved_at": time.time() if saved_at is None else saved_at,
-        "context": context(result.get("fingerprint_inputs")),
-        "rows": [{"bytes": r["bytes"], "busbw": r["busbw"]} for r in result.get("rows") or []],
-        "busbw_gbps": result.get("busbw_gbps"),
-        "links": [{"src": p.get("src"), "dst": p.get("dst"), "gbps": p.get("gbps")}
-                  for p in result.get("tcp_ring") or [] if p.get("gbps")],
-    }
+def _sample(result, saved_at):
+    return {"saved_at": saved_at,
+            "rows": {str(r["bytes"]): r["busbw"] for r in result.get("rows") or [] if r.get("busbw") is not None},
+            "links": {"%s>%s" % (p.get("src"), p.get("dst")): p.get("gbps")
+                      for p in result.get("tcp_ring") or [] if p.get("gbps")}}
+
+
+def _median(values):
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def make(result, saved_at=None, old=None):
+    """The baseline after one more green run: its figures added to the samples of a comparable earlier
+    baseline (at most MAX_SAMPLES, the newest kept), or a new baseline of this run alone."""
+    now = time.time() if saved_at is None else saved_at
+    samples = list((old or {}).get("samples") or []) if old is not None and comparable(old, result)[0] else []
+    samples = (samples + [_sample(result, now)])[-MAX_SAMPLES:]
+    rows = [{"bytes": int(b), "busbw": _median([s["rows"].get(b) for s in samples])}
+            for b in sorted({b for s in samples for b in s["rows"]}, key=int)]
+    links = []
+    for key in sorted({k for s in samples for k in s["links"]}):
+        src, _, dst = key.partition(">")
+        links.append({"src": src, "dst": dst, "gbps": _median([s["links"].get(key) for s in samples])})
+    return {"schema": SCHEMA, "saved_at": now, "context": context(result.get("fingerprint_inputs")),
+            "samples": samples, "rows": rows, "links": links,
+            "busbw_gbps": _median([r["busbw"] for r in rows[-1:]]) if rows else None}
 
 
 def comparable(baseline, result):
@@ -73,7 +97,9 @@ def comparable(baseline, result):
 
 def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE):
     """Check records of a run against its baseline (the caller made sure it is comparable)."""
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(baseline.get("saved_at") or 0))
+    when = "%s (median of %d run%s)" % (time.strftime("%Y-%m-%d %H:%M", time.localtime(baseline.get("saved_at") or 0)),
+                                        len(baseline.get("samples") or [1]),
+                                        "" if len(baseline.get("samples") or [1]) == 1 else "s")
     out = []
     old_rows = {r["bytes"]: r["busbw"] for r in baseline.get("rows") or []}
     slow = []

@@ -49,3 +49,21 @@ def test_another_node_set_or_version_is_not_comparable():
     newer["fingerprint_inputs"]["config"]["sizes"] = ["16M"]
     assert B.comparable(base, newer) == (False, ["config.sizes", "nodes.n2.versions.torch"])
     assert B.comparable(None, GREEN)[0] is False
+
+
+def test_each_save_adds_a_sample_and_the_median_is_compared():
+    base = B.make(GREEN, saved_at=0)
+    lucky = copy.deepcopy(GREEN)
+    lucky["rows"][1]["busbw"] = 0.9
+    base = B.make(lucky, saved_at=1, old=base)
+    base = B.make(GREEN, saved_at=2, old=base)
+    assert len(base["samples"]) == 3 and base["rows"][1] == {"bytes": 64 << 20, "busbw": 0.6}
+    usual = copy.deepcopy(GREEN)
+    usual["rows"][1]["busbw"] = 0.56
+    assert B.compare(base, usual, "n1")[0]["status"] == "pass"   # a lucky run did not raise the bar
+    other = copy.deepcopy(GREEN)
+    other["fingerprint_inputs"]["nodes"]["n2"]["address"] = "10.0.0.9"
+    assert len(B.make(other, saved_at=3, old=base)["samples"]) == 1  # another cluster: a new baseline
+    for i in range(10):
+        base = B.make(GREEN, saved_at=10 + i, old=base)
+    assert len(base["samples"]) == B.MAX_SAMPLES
