@@ -37,6 +37,7 @@ from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT
                     LABEL_ROLE, LABEL_SIDE, LabError, _run, podman)
 from . import faults as faults_mod
 from . import mirror as mirror_mod
+from . import slurm as slurm_mod
 from .images import (FLAVOURS, INITS, RECIPE_VERSION, RELEASES, SUITE, build_image, check_image_args,
                      image_exists, image_tag, recipe)
 
@@ -98,8 +99,13 @@ class LabSpec:
     # one release for every node, or one per node (node i gets os[i-1])
     os: tuple[str, ...] = (SUITE,)
     init: str = "none"  # none (catatonit, no sshd running) or systemd (PID 1, sshd on 22)
-    # serve the package mirror in the lab (always when the nodes are bare)
+    # serve the package mirror in the lab (always when the nodes are bare, or with SLURM)
     mirror: bool = False
+    # a real SLURM: slurmctld on node1, slurmd everywhere (packages from the mirror)
+    slurm: bool = False
+
+    def wants_mirror(self) -> bool:
+        return self.mirror or self.slurm or self.flavour == "bare"
 
     def release(self, idx: int) -> str:
         return self.os[0] if len(self.os) == 1 else self.os[idx - 1]
@@ -261,6 +267,9 @@ def status(name: str = DEFAULT_NAME) -> dict:
     nodes.sort(key=lambda n: n.index)
     doc = {"lab": name, "networks": list_networks(name), "nodes": [asdict(n) for n in nodes],
            "up": bool(nodes) and all(n.state == "running" for n in nodes)}
+    slurm_state = cache_dir() / "labs" / name / "slurm.json"
+    if nodes and slurm_state.is_file():
+        doc["slurm"] = json.loads(slurm_state.read_text())
     server = mirror_mod.find(containers)
     if server is not None:
         doc["mirror"] = {"url": (server.get("Labels") or {}).get(mirror_mod.LABEL_MIRROR_URL, ""),
@@ -373,7 +382,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
     plan = _plan(spec, k)
     containers = list_containers(spec.name)
     server = mirror_mod.find(containers)
-    if spec.mirror or spec.flavour == "bare" or server is not None:
+    if spec.wants_mirror() or server is not None:
         build_mirrors(spec, tags, log=log)
     _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
     existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c for c in _nodes_of(containers)}
@@ -418,10 +427,18 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             _remove_node(spec.name, idx, cname, log=lambda _m: None)
         undo = f"; removed the {len(created)} node(s) this run had created" if created else ""
         raise LabError(f"{exc}{undo}") from exc
-    if spec.mirror or spec.flavour == "bare" or server is not None:
-        mirror_mod.serve(spec.name, k, tags[spec.release(1)], existing=server, log=log)
+    url = None
+    if spec.wants_mirror() or server is not None:
+        url = mirror_mod.serve(spec.name, k, tags[spec.release(1)], existing=server, log=log)
     if started:
         log(f"started {', '.join(started)}")
+    if created and not spec.slurm:
+        # new nodes have no SLURM: the lab's record of it no longer holds
+        (cache_dir() / "labs" / spec.name / "slurm.json").unlink(missing_ok=True)
+    if spec.slurm:
+        nodes = [{"name": f"node{idx}", "container": cname, "address": addr, "os": spec.release(idx),
+                  "init": spec.init} for idx, cname, addr, _net, _sub in plan]
+        slurm_mod.setup(spec.name, nodes, url, lab_state_dir(spec.name), log=log)
     return status(spec.name)
 
 
