@@ -161,7 +161,40 @@ def setup_host(*, install: bool = True, conf_path: Path = Path("/etc/containers/
         tmp.write_text(CONTAINERS_CONF)
         os.replace(tmp, conf_path)
         done.append(f"wrote {conf_path}")
+    done += _ensure_sysctls()
     return done
+
+
+# Each systemd node holds a few inotify instances; the usual default of 128 per user stops the
+# 25th or so systemd node from booting (its path units fail, then it hangs). Raised, never lowered.
+SYSCTLS = {"fs.inotify.max_user_instances": 8192, "fs.inotify.max_user_watches": 524288}
+SYSCTL_FILE = Path("/etc/sysctl.d/90-provision-lab.conf")
+
+
+def _ensure_sysctls(proc_sys: Path = Path("/proc/sys"), conf: Path | None = None) -> list[str]:
+    conf = conf or SYSCTL_FILE
+    low = {}
+    for key, want in SYSCTLS.items():
+        try:
+            have = int((proc_sys / key.replace(".", "/")).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if have < want:
+            low[key] = (have, want)
+    if not low:
+        return []
+    if os.geteuid() != 0:
+        raise LabError(f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: too low for the lab's systemd nodes; "
+                       f"run `sudo provision lab setup` (or sysctl -w " + " ".join(f"{k}={w}" for k, (_h, w) in low.items()) + ")")
+    for key, (_have, want) in low.items():
+        (proc_sys / key.replace(".", "/")).write_text(f"{want}\n")
+    try:
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text("# written by `provision lab setup`: many systemd containers need more inotify instances\n"
+                        + "".join(f"{k} = {w}\n" for k, w in SYSCTLS.items()))
+    except OSError:
+        pass  # applied now; only not kept across a reboot of this machine
+    return [f"raised {k} from {h} to {w}" for k, (h, w) in low.items()]
 
 
 def _containers_conf_ok(path: Path) -> bool:
@@ -296,7 +329,8 @@ _SSHD_PASSWORD_SETUP_SYSTEMD = (
     "set -e; chpasswd; "
     "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
     "> /etc/ssh/sshd_config.d/00-lab-password.conf; systemctl reload-or-restart ssh.service")
-BOOT_TIMEOUT = 120  # seconds a systemd node may take to finish booting
+BOOT_TIMEOUT = 180  # seconds a batch of systemd nodes may take to finish booting
+BOOT_BATCH = 8
 
 
 def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
@@ -392,6 +426,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             _remove_node(spec.name, idx, c["Names"][0], log=log)
     started: list[str] = []
     created: list[tuple[int, str]] = []
+    booted = 0  # started systemd nodes known to have booted
     try:
         for idx, cname, addr, side_net, subnet in plan:
             side = node_addresses(k, idx)[1]
@@ -412,12 +447,17 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             created.append((idx, cname))
             podman(*_run_argv(spec, idx, cname, tag, addr, side, side_net))
             started.append(cname)
+            if spec.init == "systemd" and len(started) - booted >= BOOT_BATCH:
+                # systemd nodes boot in batches: 32 at once on 2 busy cores (each makes its host
+                # keys) took over 2 minutes for the last of them
+                wait_booted(started[booted:], log=log)
+                booted = len(started)
             if spec.password and spec.init != "systemd":
                 # the password goes through stdin: never on a command line
                 _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
                      input_text=f"root:{spec.password}\n")
-        if spec.init == "systemd" and started:
-            wait_booted(started, log=log)
+        if spec.init == "systemd" and started[booted:]:
+            wait_booted(started[booted:], log=log)
             for idx, cname in created:
                 if spec.password:
                     _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP_SYSTEMD],
