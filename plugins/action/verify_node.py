@@ -13,6 +13,7 @@ from ansible_collections.provision.cluster.plugins.plugin_utils.verify import (
     Variables,
     cluster_plan,
     run_modules,
+    selection,
 )
 
 
@@ -22,7 +23,7 @@ def _bool(value):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("select", "smoke", "phase", "reuse", "parallel"))
+    _VALID_ARGS = frozenset(("select", "smoke", "phase", "reuse", "in_site", "parallel"))
 
     def _configure_module(self, *args, **kwargs):
         with BUILD_LOCK:
@@ -35,22 +36,24 @@ class ActionModule(ActionBase):
         if phase not in (K.NODE, K.PEERS):
             return dict(result, failed=True, msg="phase must be node or peers")
         try:
-            selected = K.select(args.get("select"), _bool(args.get("smoke", False)))
+            selected, entries = selection(args.get("select"), _bool(args.get("smoke", False)),
+                                          _bool(args.get("in_site", False)), task_vars)
         except K.UnknownCheck as exc:
             return dict(result, failed=True, msg=str(exc))
         var = Variables(task_vars, self._templar, self._loader)
         host = task_vars["inventory_hostname"]
         hosts = list(task_vars.get("ansible_play_hosts_all") or [host])
         ctx = K.Context(host, cluster_plan(var, hosts), hosts, var)
-        wanted = [K.BY_NAME[n] for n in K.expand(selected) if K.BY_NAME[n].phase == phase and K.BY_NAME[n].module]
+        wanted = [K.BY_NAME[n] for n in entries if K.BY_NAME[n].phase == phase and K.BY_NAME[n].module]
+        shown = set(K.reported(selected))
         reuse = _bool(args.get("reuse", False))
         parallel = int(args.get("parallel") or 8)
         if phase == K.PEERS:
             return dict(result, **self._peers(ctx, wanted, reuse, task_vars))
-        return dict(result, **self._node(ctx, wanted, reuse, parallel, task_vars))
+        return dict(result, **self._node(ctx, wanted, shown, reuse, parallel, task_vars))
 
     # ------------------------------------------------------------ play 1: this node's checks
-    def _node(self, ctx, wanted, reuse, parallel, task_vars):
+    def _node(self, ctx, wanted, shown, reuse, parallel, task_vars):
         raw, reused = {}, []
         if reuse:
             for spec in wanted:
@@ -72,7 +75,8 @@ class ActionModule(ActionBase):
             res = raw.get(spec.name)
             if not isinstance(res, dict):
                 continue
-            records.extend(spec.records(ctx.host, res, ctx))
+            if spec.name in shown:  # a check run only for another one's sake is not reported
+                records.extend(spec.records(ctx.host, res, ctx))
             if spec.keep:
                 data[spec.name] = spec.keep(res)
         # the hardware the health modules read stays on the host as facts (the smoke test's expected busbw)

@@ -4,12 +4,16 @@
 """provision.cluster.verify_report: every node's checks -> the verify document (run once, on the controller)."""
 from __future__ import annotations
 
+import json
+import os
+
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.provision.cluster.plugins.module_utils import baseline as B
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document, fail_lines
-from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan
+from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan, selection
 
 
 def _bool(value):
@@ -36,13 +40,52 @@ def _inventory_problem(line, order):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("select", "smoke", "reuse", "stats"))
+    _VALID_ARGS = frozenset(("select", "smoke", "reuse", "in_site", "stats", "baseline", "save_baseline",
+                             "baseline_tolerance"))
+
+    def _baseline(self, result, args, master):
+        """Compare the all-reduce with the saved baseline (when there is one), save it when asked."""
+        path = os.path.expanduser(str(args.get("baseline") or ""))
+        tolerance = float(args.get("baseline_tolerance") or B.DEFAULT_TOLERANCE)
+        out = {"path": path or None, "tolerance": tolerance}
+        old = None
+        if path and os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    old = json.load(fh)
+            except (OSError, ValueError) as exc:
+                out.update(comparable=False, differences=["cannot read it: %s" % exc])
+        if old is not None:
+            ok, diff = B.comparable(old, result)
+            out.update(saved_at=old.get("saved_at"), comparable=ok, differences=diff)
+            if ok:
+                out["checks"] = B.compare(old, result, master, tolerance)
+            else:
+                out["checks"] = [C.warned("allreduce baseline", "not comparable, not used: the baseline was taken with "
+                                          "another %s" % "; ".join(diff[:6]),
+                                          "save a new one on purpose: provision verify --smoke --save-baseline",
+                                          node=master)]
+        elif path and "comparable" not in out:
+            out.update(comparable=None, differences=["no baseline saved yet"])
+        if _bool(args.get("save_baseline", False)) and path:
+            if result.get("status") == "fail":
+                out["saved"] = False
+                out["not_saved"] = "the run failed: a failing run is no baseline"
+            else:
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+                tmp = "%s.%d.tmp" % (path, os.getpid())
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    json.dump(B.make(result), fh, indent=1, sort_keys=True)
+                os.replace(tmp, path)
+                out["saved"] = True
+        return out
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
         try:
-            selected = K.select(args.get("select"), _bool(args.get("smoke", False)))
+            selected, entries = selection(args.get("select"), _bool(args.get("smoke", False)),
+                                          _bool(args.get("in_site", False)), task_vars)
         except K.UnknownCheck as exc:
             return dict(result, failed=True, msg=str(exc))
         var = Variables(task_vars, self._templar, self._loader)
@@ -79,7 +122,7 @@ class ActionModule(ActionBase):
 
         extra = {}
         cc = K.ClusterContext(order, data_of, reused_of, var, reuse)
-        for name in K.expand(selected):
+        for name in entries:
             spec = K.BY_NAME[name]
             if spec.phase != K.CLUSTER or not spec.cluster:
                 continue
@@ -95,6 +138,10 @@ class ActionModule(ActionBase):
             error = var.hostvar(order[0], "verify_smoke_error")
             if error and isinstance(allreduce, dict) and allreduce.get("status") != "fail":
                 allreduce = None  # an earlier run's result: this run failed before it had one
+        if isinstance(allreduce, dict) and (args.get("baseline") or args.get("save_baseline")):
+            allreduce = dict(allreduce, baseline=self._baseline(allreduce, args, order[0]))
+            for c in allreduce["baseline"].get("checks") or []:
+                nodes.setdefault(c["node"], {"checks": []})["checks"].append(c)
         doc = build_document(order, nodes, selected=selected, mesh_rows=rows, versions=versions, gpus=gpus,
                              differing_nodes=extra.get("differing_nodes") or [], allreduce=allreduce,
                              allreduce_error=error)

@@ -48,8 +48,16 @@ _value:
 
 import time
 
-from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import node_inputs, reuse_decision, table_lines
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (
+    node_inputs,
+    pair_config,
+    pair_result,
+    reuse_decision,
+    table_lines,
+)
 from ansible_collections.provision.cluster.plugins.module_utils.bandwidth import expected_for_nodes
+from ansible_collections.provision.cluster.plugins.module_utils.isolation import next_round, pair_key
+from ansible_collections.provision.cluster.plugins.module_utils.isolation import verdict as isolation_verdict
 
 
 def _plain(value):
@@ -94,7 +102,77 @@ def allreduce_smoke_expected(order, hostvars):
     return expected_for_nodes(nodes)
 
 
+def allreduce_smoke_next_pairs(rounds, hosts):
+    """The next round of the bad-node search ([] when the verdict can be given)."""
+    return next_round(list(hosts), _plain(rounds or []))
+
+
+def allreduce_smoke_pair_config(pairs, node, address_of, base_port, size, timeout):
+    """This node's worker settings in a round of pairs ({} when it sits the round out)."""
+    return pair_config(_plain(pairs), node, _plain(address_of), int(base_port), size, float(timeout))
+
+
+def allreduce_smoke_pair_round(pairs, hostvars, run_var, address_of, base_port):
+    """A round's record {pairs, results} from each node's registered `finished` result (run_var)."""
+    pairs = _plain(pairs)
+    runs = {}
+    for pair in pairs:
+        for n in pair:
+            value = hostvars[n].get(run_var) if n in hostvars else None
+            value = _plain(value) if isinstance(value, dict) else {}
+            runs[n] = {} if value.get("skipped") or value.get("unreachable") else value
+    results = {pair_key(*pair): pair_result(pair, runs, _plain(address_of), int(base_port), i)
+               for i, pair in enumerate(pairs)}
+    return {"pairs": pairs, "results": results}
+
+
+def allreduce_smoke_isolated(result, rounds, nodes, reachable, timeout):
+    """The all-node result with the bad-node search's verdict: `isolation` and one failure per node named.
+    A node that did not even answer Ansible (not in reachable) is named as such."""
+    result = dict(_plain(result or {}))
+    rounds = _plain(rounds or [])
+    reachable = list(reachable)
+    verdict = isolation_verdict(reachable, rounds, timeout=float(timeout))
+    failures = list(result.get("failures") or [])
+    for n in nodes:
+        if n not in reachable:
+            failures.append({"check": "bad_node", "status": "fail", "fix": "look at %s (console, hypervisor; a paused "
+                             "container: podman unpause), or leave it out: --limit '!%s'" % (n, n),
+                             "detail": "%s did not answer within %s s (Ansible could not reach it)" % (n, timeout)})
+    for bad in verdict["bad"]:
+        failures.append({"check": "bad_node", "status": "fail", "detail": bad["detail"],
+                         "fix": "check %s: its cluster link (ethtool/ip -s link: speed, errors, MTU, a qdisc), the "
+                                "fabric and GPU health checks (provision verify --check fabric --check gpu_health --limit %s);"
+                                " leave it out meanwhile: --limit '!%s'" % (bad["node"], bad["node"], bad["node"])})
+    outcome_rounds = []
+    for rnd in rounds:
+        outs = []
+        for pair in rnd["pairs"]:
+            r = rnd["results"].get(pair_key(*pair)) or {}
+            outs.append("%s%s" % (r.get("status"), " %.3g GB/s" % r["busbw"] if r.get("busbw") else
+                                  (" (%s)" % r["detail"] if r.get("detail") else "")))
+        outcome_rounds.append({"pairs": rnd["pairs"], "outcome": outs})
+    result["isolation"] = {"rounds": outcome_rounds, "bad": [b["node"] for b in verdict["bad"]],
+                           "reference_gbps": verdict["reference"], "summary": verdict["summary"]}
+    result["failures"] = failures
+    if failures:
+        result["status"] = "fail"
+    return result
+
+
+def allreduce_smoke_lines(result):
+    """The result as table lines and failure lines (after the bad-node search changed it)."""
+    result = _plain(result)
+    return {"lines": table_lines(result), "failure_lines": ["%s -- fix: %s" % (f["detail"], f["fix"])
+                                                             for f in result.get("failures") or []], "result": result}
+
+
 class FilterModule:
     def filters(self):
         return {"allreduce_smoke_reuse": allreduce_smoke_reuse, "allreduce_smoke_nodes": allreduce_smoke_nodes,
-                "allreduce_smoke_expected": allreduce_smoke_expected}
+                "allreduce_smoke_expected": allreduce_smoke_expected,
+                "allreduce_smoke_next_pairs": allreduce_smoke_next_pairs,
+                "allreduce_smoke_pair_config": allreduce_smoke_pair_config,
+                "allreduce_smoke_pair_round": allreduce_smoke_pair_round,
+                "allreduce_smoke_isolated": allreduce_smoke_isolated,
+                "allreduce_smoke_lines": allreduce_smoke_lines}

@@ -39,6 +39,7 @@ _value:
 
 
 from ansible_collections.provision.cluster.plugins.module_utils.checks import fail_line
+from ansible_collections.provision.cluster.plugins.module_utils.verify_report import unreachable
 
 
 def any_changed(hostvars, hosts, names):
@@ -58,6 +59,17 @@ def failed_lines(checks, node=None):
     return [fail_line(dict(c, node=c.get("node") or node)) for c in checks or [] if c.get("status") == "fail"]
 
 
+def unreachable_line(result, host, hostvars=None):
+    """One line for a node a task could not reach: why (a key refused by a node that answers, nothing
+    listening, no answer, a frozen node, a changed host key) and how to get it back."""
+    hv = hostvars or {}
+    conn = {"connection": hv.get("ansible_connection"), "host": hv.get("ansible_host") or host,
+            "port": hv.get("ansible_port"), "user": hv.get("ansible_user")}
+    cause, fix = unreachable(host, conn, (result or {}).get("msg") or "")
+    head = cause if cause.startswith(host + " ") else "%s: %s" % (host, cause)
+    return "%s; fix: %s (or leave it out for now: --limit '!%s')" % (head, fix, host)
+
+
 class FilterModule:
     def filters(self):
-        return {"any_changed": any_changed, "failed_lines": failed_lines}
+        return {"any_changed": any_changed, "failed_lines": failed_lines, "unreachable_line": unreachable_line}

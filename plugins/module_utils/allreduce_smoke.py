@@ -243,6 +243,7 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
     ring = list(first.get("tcp_ring") or []) if first else []
     ring_gbps = min((p.get("gbps") or 0.0 for p in ring), default=None) or None
     ratio_ring = round(busbw_big / ring_gbps, 3) if busbw_big is not None and ring_gbps else None
+    links, per_node, slow = link_figures(hosts, tcp, ring)
     failures = diagnose(hosts, master_addr, master_port, holder)
     warnings = []
     for h in hosts:
@@ -284,10 +285,64 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
         "interfaces": {h["host"]: (h.get("status") or {}).get("env_used", {}).get("GLOO_SOCKET_IFNAME")
                        or (h.get("nccl") or {}).get("net_interfaces") for h in hosts},
         "nccl": {h["host"]: h["nccl"] for h in hosts if h.get("nccl")},
+        "links": links, "per_node": per_node, "slow_links": slow,
         "expected_busbw_gbps": (verdict or {}).get("expected"), "fraction": (verdict or {}).get("fraction"),
         "expected": verdict,
         "failures": failures, "warnings": warnings,
     }
+
+
+def link_figures(hosts: list[dict], tcp: list[dict], ring: list[dict]) -> tuple[list, dict, list]:
+    """Per link (src -> dst, inventory names) the one-way and ring TCP figures, per node what it sends
+    and receives with every link busy, and the links far below the others (isolation.slowest_links)."""
+    from ansible_collections.provision.cluster.plugins.module_utils.isolation import slowest_links
+
+    name = {}
+    for h in hosts:
+        for r in h.get("ranks") or []:
+            if r.get("host"):
+                name[r["host"]] = h["host"]
+    links = {}
+    for kind, probes in (("one_way_gbps", tcp), ("ring_gbps", ring)):
+        for p in probes or []:
+            src, dst = name.get(p.get("src"), p.get("src")), name.get(p.get("dst"), p.get("dst"))
+            links.setdefault((src, dst), {"src": src, "dst": dst})[kind] = p.get("gbps")
+    per_node = {}
+    for (src, dst), lk in links.items():
+        if lk.get("ring_gbps") is not None:
+            per_node.setdefault(src, {})["out_ring_gbps"] = lk["ring_gbps"]
+            per_node.setdefault(dst, {})["in_ring_gbps"] = lk["ring_gbps"]
+        if lk.get("one_way_gbps") is not None:
+            per_node.setdefault(src, {})["out_one_way_gbps"] = lk["one_way_gbps"]
+    slow = slowest_links([{"src": lk["src"], "dst": lk["dst"], "gbps": lk.get("ring_gbps")} for lk in links.values()])
+    return list(links.values()), per_node, slow
+
+
+def pair_config(pairs: list, node: str, address_of: dict, base_port: int, size, timeout: float) -> dict:
+    """This node's worker settings in a round of pairs: a 2-rank run with its partner, pair i on
+    base_port + 1 + i, one message size, no TCP probes, bounded by timeout."""
+    for i, pair in enumerate(pairs):
+        if node in pair:
+            return {"master_addr": address_of.get(pair[0], pair[0]), "master_port": int(base_port) + 1 + i,
+                    "node_rank": pair.index(node), "nnodes": 2, "sizes": [size], "warmup": 1, "iters": 5,
+                    "tcp_probe_seconds": 0, "tcp_ring_probe": False, "rendezvous": "static",
+                    "rendezvous_timeout": timeout, "collective_timeout": timeout, "timeout": timeout}
+    return {}
+
+
+def pair_result(pair: list, runs: dict, address_of: dict, base_port: int, index: int) -> dict:
+    """One pair's outcome from both nodes' `finished` results: status ok/failed/timeout, busbw."""
+    hosts = [dict(runs.get(n) or {}, host=n) for n in pair]
+    if any(not (runs.get(n) or {}).get("status") for n in pair):
+        missing = [n for n in pair if not (runs.get(n) or {}).get("status")]
+        return {"status": "timeout", "busbw": None, "detail": "%s did not answer" % ", ".join(missing)}
+    res = summarize(hosts, master_addr=address_of.get(pair[0], pair[0]), master_port=int(base_port) + 1 + index)
+    states = {(h.get("status") or {}).get("state") for h in hosts}
+    if "timeout" in states:
+        return {"status": "timeout", "busbw": None, "detail": "no result within the time limit"}
+    if res["status"] == "fail":
+        return {"status": "failed", "busbw": None, "detail": (res["failures"] or [{}])[0].get("detail", "")}
+    return {"status": "ok", "busbw": res["busbw_gbps"], "detail": ""}
 
 
 def table_lines(result: dict) -> list[str]:
@@ -312,6 +367,14 @@ def table_lines(result: dict) -> list[str]:
                      f"one-way: the path is CPU-bound or not full duplex, and busbw cannot exceed that")
     if (result.get("expected") or {}).get("status") in ("pass", "skip"):
         lines.append(f"expected bandwidth: {result['expected']['detail']}")
+    for lk in result.get("slow_links") or []:
+        lines.append(f"slow link: {lk['src']} -> {lk['dst']} {lk['gbps']:.3f} GB/s with every link busy")
+    iso = result.get("isolation") or {}
+    for rnd in iso.get("rounds") or []:
+        for pair, res in zip(rnd.get("pairs") or [], (rnd.get("outcome") or [])):
+            lines.append(f"pair {pair[0]}+{pair[1]}: {res}")
+    if iso.get("summary"):
+        lines.append(f"bad node search: {iso['summary']}")
     for item in result.get("warnings", []) + result.get("failures", []):
         lines.append(f"{item['status'].upper()}: {item['detail']} -- fix: {item['fix']}")
     return lines

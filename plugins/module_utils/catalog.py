@@ -19,7 +19,7 @@ so no default is restated here. Controller-side only (the action plugins and the
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils import fabric_health, gpu_health
+from ansible_collections.provision.cluster.plugins.module_utils import consistency, fabric_health, gpu_health
 from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome, env_python
 
 
@@ -87,7 +87,8 @@ class Spec:
     """One catalog entry."""
 
     def __init__(self, name, title, summary, module=None, args=None, phase=NODE, group=None, needs=(),
-                 reuse=None, adjust=None, keep=None, when=None, stage=None, cluster=None, default=True):
+                 reuse=None, adjust=None, keep=None, when=None, stage=None, fix_names_stage=False, cluster=None,
+                 default=True):
         self.name = name            # the entry's id; --check NAME for the public ones
         self.title = title          # the check id of a result that carries no check of its own
         self.summary = summary      # --list-checks
@@ -100,7 +101,8 @@ class Spec:
         self.adjust = adjust        # (node, record, Context) -> the record as people read it
         self.keep = keep            # module result -> the data later phases need (small)
         self.when = when            # Context -> run it on this node? (default: always)
-        self.stage = stage          # a failing check's fix also names this stage's command
+        self.stage = stage          # the site.yml stage that makes what it checks (skipped with it inside site.yml)
+        self.fix_names_stage = fix_names_stage  # a failing check's fix also names that stage's command
         self.cluster = cluster      # phase cluster: ClusterContext -> (records, extra fields of the document)
         self.default = default      # public: selected when no --check is given
 
@@ -121,7 +123,7 @@ class Spec:
                         data=c.get("data"))
             if self.adjust:
                 c = self.adjust(node, c, ctx)
-            if c["status"] == C.FAIL and self.stage and "--tags %s" % self.stage not in c["fix"]:
+            if c["status"] == C.FAIL and self.fix_names_stage and "--tags %s" % self.stage not in c["fix"]:
                 c["fix"] = "%s; the %s role does it: ansible-playbook site.yml --tags %s --limit %s" % (
                     c["fix"] or "fix the cause above", self.stage, self.stage, node)
             out.append(c)
@@ -310,7 +312,10 @@ def _keep_env(result):
 
 
 def _keep_nccl(result):
-    return {"socket_ifname": result.get("socket_ifname")}
+    iface = (result.get("interfaces") or {}).get(result.get("socket_ifname") or "") or result.get("link") or {}
+    return {"socket_ifname": result.get("socket_ifname"),
+            "link": {k: iface.get(k) for k in ("name", "mtu", "speed", "driver", "virtual")} if iface else {},
+            "kernel": result.get("kernel")}
 
 
 def _cluster_compare(cc):
@@ -341,6 +346,25 @@ def _cluster_fabric(cc):
     return fabric_health.cluster_link_layers(ports) + fabric_health.cluster_port_rates(ports), {}
 
 
+def _cluster_consistency(cc):
+    """The same platform on every node (kernel, the NCCL interface's MTU/speed/driver, NVIDIA driver,
+    CUDA, NCCL, RDMA firmware): a node that differs is named with the value."""
+    values = {}
+    for h in cc.order:
+        d = cc.data.get(h) or {}
+        nccl, gpu = d.get("nccl") or {}, (d.get("gpu") or {}).get("gpu") or {}
+        link = nccl.get("link") or {}
+        ports = ((d.get("fabric") or {}).get("fabric_health") or {}).get("ports") or []
+        versions = (d.get("versions") or {}).get("versions") or {}
+        row = {"mtu": link.get("mtu"), "speed": link.get("speed"), "nic_driver": link.get("driver"),
+               "kernel": nccl.get("kernel"), "nvidia_driver": gpu.get("driver_version"),
+               "cuda": gpu.get("driver_cuda_version"), "nccl": versions.get("nccl"),
+               "rdma_fw": ",".join(sorted({p.get("fw_ver") for p in ports if p.get("fw_ver")})) or None}
+        if d:
+            values[h] = {k: v for k, v in row.items() if v not in (None, "")}
+    return (consistency.compare(values) if values else []), {}
+
+
 def _keep_gpu_health(result):
     facts = result.get("gpu_health") or {}
     return {"gpu_health": {"gpu_count": facts.get("gpu_count", 0), "driver_version": facts.get("driver_version")}}
@@ -353,38 +377,39 @@ def _keep_fabric(result):
 CATALOG = [
     Spec("reach", "node reachable", "node reachable from the controller", phase=NODE),
     Spec("sshd", "sshd listening", "sshd listening on the cluster port (sshd_port)",
-         module="provision.cluster.port_facts", stage="sshd",
+         module="provision.cluster.port_facts", stage="sshd", fix_names_stage=True,
          args=lambda ctx: {"ports": [int(ctx.plan.get("ssh_port") or 2222)], "expect": "listening",
                            "allowed_holders": ["sshd"]},
          reuse=_reuse_checks("sshd_result", lambda r, ctx: r.get("found")),
          adjust=_adjust_sshd),
     Spec("ports", "ports free", "rendezvous and cluster ports free or held by the expected process",
-         module="provision.cluster.port_facts",
+         module="provision.cluster.port_facts", stage="preflight",
          args=lambda ctx: {"ports": [int(ctx.plan.get("master_port") or 29500)], "expect": "free"},
          reuse=_reuse_checks("preflight_result"),
          adjust=lambda node, c, ctx: dict(c, check="%s free" % c["check"])),
     Spec("mesh", "ssh mesh", "SSH mesh N x N including self (BatchMode, real host keys); ~/.ssh modes sshd accepts",
-         module="provision.cluster.ssh_mesh_check",
+         module="provision.cluster.ssh_mesh_check", stage="ssh_mesh",
          args=lambda ctx: {"source": ctx.host, "user": ctx.user(), "nodes": ctx.hosts, "connect_timeout": 5,
                            "timeout": 30, "landing": True},
          reuse=_reuse_final("ssh_mesh_result"), keep=_keep_mesh),
-    Spec("pdsh", "pdsh", "pdsh present and reaching every node", module="provision.cluster.pdsh_config",
+    Spec("pdsh", "pdsh", "pdsh present and reaching every node", module="provision.cluster.pdsh_config", stage="pdsh",
          args=lambda ctx: {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
                            "connect_timeout": 10, "command_timeout": 30, "node": ctx.host},
          reuse=_reuse_pdsh),
     Spec("env", "env block", "the ~/.bashrc env block seen by non-interactive ssh", module="provision.cluster.shell_env_check",
+         stage="shell_env",
          args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host, "timeout": 10},
                                **({"bashrc": ctx.var("shell_env_bashrc")} if ctx.var("shell_env_bashrc") else {})),
          reuse=_reuse_env, keep=_keep_env),
-    Spec("gcc", "gcc", "GCC >= gcc_toolchain_min_version", module="provision.cluster.gcc_facts",
+    Spec("gcc", "gcc", "GCC >= gcc_toolchain_min_version", module="provision.cluster.gcc_facts", stage="gcc_toolchain",
          args=lambda ctx: {"min_version": str(ctx.var("gcc_toolchain_min_version")), "node": ctx.host},
          reuse=_reuse_gcc),
-    Spec("gpu", "gpu", "GPU / driver / CUDA toolkit consistency", module="provision.cluster.gpu_facts",
+    Spec("gpu", "gpu", "GPU / driver / CUDA toolkit consistency", module="provision.cluster.gpu_facts", stage="cuda_toolkit",
          args=lambda ctx: {"cuda_version": ctx.var("cuda_toolkit_version") or ""},
          reuse=_reuse_gpu, keep=_keep_gpu),
     Spec("versions", "python_env",
          "python / torch / CUDA / NCCL versions equal across nodes; DeepSpeed ops built for this torch",
-         module="provision.cluster.python_versions",
+         module="provision.cluster.python_versions", stage="python_env",
          args=lambda ctx: {"python": ctx.python(), "packages": ctx.var("verify_packages") or [], "require_torch": False,
                            "timeout": 60,
                            # python_env's cache (read-only here): its key changes with any install, removal,
@@ -393,38 +418,47 @@ CATALOG = [
          reuse=_reuse_versions, keep=_keep_versions),
     Spec("nccl", "nccl_net",
          "NCCL interface exists, is up and reaches every peer; IB HCAs active; node names resolve to their nodes",
-         module="provision.cluster.nccl_net_facts", args=_nccl_args(), reuse=_reuse_nccl, keep=_keep_nccl),
+         module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(), reuse=_reuse_nccl,
+         keep=_keep_nccl),
     # NCCL gets the interface the env block exports (as non-interactive ssh sees it): when that is not
     # the one the check above used, that interface is checked too
     Spec("nccl_in_effect", "nccl_net", "the NCCL interface the env block exports reaches every peer",
-         module="provision.cluster.nccl_net_facts", args=_nccl_args(_env_ifname), group="nccl", needs=("env", "nccl"),
+         module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(_env_ifname), group="nccl",
+         needs=("env", "nccl"),
          when=_in_effect_differs, adjust=_adjust_in_effect, default=False),
     Spec("runtime", "node runtime", "/dev/shm, memlock, nofile, ssh lands on the right node",
-         module="provision.cluster.node_runtime", args=_runtime_args,
+         module="provision.cluster.node_runtime", stage="node_runtime", args=_runtime_args,
          reuse=_reuse_checks("node_runtime_result"), keep=_keep_runtime),
     Spec("landing", "landing", "ssh <name> from every node lands in that node", module="provision.cluster.ssh_landing",
+         stage="node_runtime",
          phase=PEERS, group="runtime", needs=("runtime",), reuse=_reuse_landing, default=False),
-    Spec("compare", "versions equal", "versions equal on every node", phase=CLUSTER, group="versions",
+    Spec("compare", "versions equal", "versions equal on every node", phase=CLUSTER, group="versions", stage="python_env",
          needs=("versions",), cluster=_cluster_compare, default=False),
     Spec("gpu_health", "gpu health",
          "GPUs healthy: count, ECC, retired pages/remapped rows, PCIe link, NVLink, throttling, Xid, persistence, "
          "MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
-         module="provision.cluster.gpu_health_info",
+         module="provision.cluster.gpu_health_info", stage="cuda_toolkit",
          args=lambda ctx: {"node": ctx.host, "expected_gpus": int(ctx.var("gpu_health_expected_gpus") or 0),
                            "dcgm_diag": str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on")},
          keep=_keep_gpu_health),
     Spec("gpu_count", "gpu_count", "the same GPU count on every node (gpu_health_expected_gpus, else the first GPU node's)",
-         phase=CLUSTER, group="gpu_health", needs=("gpu_health",), cluster=_cluster_gpu_count, default=False),
+         phase=CLUSTER, group="gpu_health", needs=("gpu_health",), cluster=_cluster_gpu_count, stage="cuda_toolkit",
+         default=False),
     Spec("fabric", "fabric health",
          "InfiniBand/RoCE ports: state, rate, error counters, MTU; GPUDirect RDMA prerequisites; RDMA devices and "
          "memlock in containers (skip without RDMA)",
-         module="provision.cluster.fabric_health_info",
+         module="provision.cluster.fabric_health_info", stage="nccl_net",
          args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval") or 5),
                            "required_ports": [h for h in str(ctx.var("nccl_net_ib_hca") or "").split(",") if h]},
          keep=_keep_fabric),
     Spec("fabric_consistency", "ib_link_layer", "one RDMA link layer and the same port rates on every node",
-         phase=CLUSTER, group="fabric", needs=("fabric",), cluster=_cluster_fabric, default=False),
-    Spec("smoke", "allreduce", "all-reduce smoke test across all nodes (only with --smoke)", phase=SMOKE, default=False),
+         phase=CLUSTER, group="fabric", needs=("fabric",), cluster=_cluster_fabric, stage="nccl_net", default=False),
+    Spec("consistency", "consistency",
+         "the same platform on every node: kernel, the NCCL interface's MTU (a difference fails), speed and driver, "
+         "NVIDIA driver, CUDA, NCCL, RDMA firmware", phase=CLUSTER, needs=("nccl", "gpu", "versions"),
+         cluster=_cluster_consistency),
+    Spec("smoke", "allreduce", "all-reduce smoke test across all nodes (only with --smoke)", phase=SMOKE,
+         stage="allreduce_smoke", default=False),
 ]
 
 BY_NAME = {s.name: s for s in CATALOG}
@@ -450,13 +484,19 @@ def select(names=None, smoke=False):
     return [n for n in PUBLIC if n in wanted]
 
 
+def in_stages(selected, running):
+    """The public names whose stage runs (site.yml's verify pass: --skip-tags python_env skips `versions`)."""
+    return [n for n in selected if BY_NAME[n].stage is None or BY_NAME[n].stage in running]
+
+
 def reported(selected):
     """The entries whose records the document shows for these public names, in catalog order."""
     return [s.name for s in CATALOG if s.group in set(selected)]
 
 
-def expand(selected):
-    """The entries to run for these public names: the reported ones and what they need."""
+def expand(selected, running=None):
+    """The entries to run for these public names: the reported ones and what they need (inside site.yml,
+    running: only those of the stages this run executes)."""
     names = set(reported(selected))
     todo = list(names)
     while todo:
@@ -464,7 +504,8 @@ def expand(selected):
             if need not in names:
                 names.add(need)
                 todo.append(need)
-    return [s.name for s in CATALOG if s.name in names]
+    return [s.name for s in CATALOG if s.name in names
+            and (running is None or s.stage is None or s.stage in running)]
 
 
 def describe():

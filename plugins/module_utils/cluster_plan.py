@@ -22,6 +22,9 @@ import ipaddress
 
 DEFAULT_SSH_PORT = 2222
 DEFAULT_MASTER_PORT = 29500
+# The stages of site.yml, in order (each is playbooks/<stage>.yml and roles/<stage>, tagged with its name).
+STAGES = ["preflight", "packages", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
+          "node_runtime", "nccl_net", "shell_env", "launchers", "allreduce_smoke"]
 # The inventory variables every stage shares, and their defaults (README: Inventories).
 DEFAULTS = {
     "cluster_group": "cluster",
@@ -166,7 +169,9 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
 
 
 def running_stages(stages, run_tags, skip_tags):
-    """The stages a run with these --tags/--skip-tags executes."""
+    """The stages a run with these --tags/--skip-tags executes ("all": every stage of site.yml)."""
+    if stages == "all":
+        stages = STAGES
     run = set(run_tags or ["all"])
     skip = set(skip_tags or [])
     return [s for s in stages or [] if s not in skip and ("all" in run or s in run)]

@@ -50,8 +50,7 @@ def unreachable(node, conn, message=""):
                         "provision bootstrap -i INV --limit %s --replace-host-key SHA256:..." % node)
     if cls == "frozen":
         return ("%s accepted the connection but did not answer (frozen, overloaded or its sshd hung): %s"
-                % (node, detail), "look at %s's console or hypervisor (a paused container: podman unpause); "
-                                  "the other nodes were checked without it" % node)
+                % (node, detail), "look at %s's console or hypervisor (a paused container: podman unpause)" % node)
     if cls in ("no_route", "timeout", "name_unresolvable"):
         return ("%s does not answer at %s (down, or no route/firewall): %s" % (node, where, detail),
                 "bring %s up and make %s work from here" % (node, ssh))

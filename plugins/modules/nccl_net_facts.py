@@ -150,6 +150,11 @@ rdma:
   description: RDMA devices read from /sys/class/infiniband.
   returned: always
   type: dict
+kernel:
+  description: The node's kernel release (compared across nodes by provision verify's consistency check).
+  returned: always
+  type: str
+  sample: 6.1.0-27-amd64
 checks:
   description: Structured results for provision verify (check, status, detail, fix).
   returned: always
@@ -162,6 +167,7 @@ errors:
   elements: str
 """
 
+import os
 import socket
 import threading
 import time
@@ -284,6 +290,7 @@ def main():
         ib=decision["ib"],
         interfaces=net["interfaces"],
         rdma={dev: dict(info, ports={str(k): v for k, v in info["ports"].items()}) for dev, info in rdma.items()},
+        kernel=os.uname().release,
         checks=checks,
         errors=errors,
     )

@@ -226,14 +226,14 @@ def main():
         if not p["create"]:
             module.fail_json(msg=f"{env_python} does not run: the environment at {path} is missing or broken")
         created = True
-        if module.check_mode:
-            module.exit_json(changed=True, created=True, installed=list(p["requirements"]), python=env_python,
-                             ansible_facts=facts)
         base = module.get_bin_path(p["python"], required=True) if not os.path.isabs(p["python"]) else p["python"]
         problem = base_python_problem(module, base, p)
         if problem == "venv_missing":
             # the distribution splits venv/ensurepip out (Debian's python3-venv): the role installs it, calls again
             module.exit_json(changed=False, created=False, installed=[], python=env_python, venv_missing=True)
+        if module.check_mode:
+            module.exit_json(changed=True, created=True, installed=list(p["requirements"]), python=env_python,
+                             ansible_facts=facts)
         argv = P.venv_create_argv(base, path, p["system_site_packages"])
         if os.path.exists(path):
             argv.insert(3, "--clear")

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleUndefinedVariable
 
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import plan_from_hostvars
+from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import plan_from_hostvars, running_stages
 
 _ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 _DEFAULTS = {}
@@ -115,3 +116,15 @@ def run_modules(action, jobs, task_vars, parallel=8):
         return {}
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(jobs)))) as pool:
         return dict(pool.map(one, jobs))
+
+
+def selection(names, smoke, in_site, task_vars):
+    """(public checks to report, catalog entries to run): the catalog's selection; inside site.yml only
+    those of the stages this run executes (--skip-tags python_env leaves `versions` out: nothing made
+    the environment), dependencies included."""
+    selected = K.select(names, smoke)
+    running = None
+    if in_site:
+        running = running_stages("all", task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
+        selected = K.in_stages(selected, running)
+    return selected, K.expand(selected, running)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from provision import ansible
@@ -36,11 +37,26 @@ def select_checks(names: tuple[str, ...] | list[str], smoke: bool) -> list[str]:
         raise VerifyError(str(exc)) from exc
 
 
+def baseline_path(inventory: str, given: str | None = None) -> str | None:
+    """Where the cluster's baseline lives: --baseline FILE, else INVENTORY_DIR/.provision/baseline.json
+    (None for a host list: no directory to keep it in)."""
+    if given:
+        return str(Path(given).expanduser().resolve())
+    path = Path(inventory)
+    if not path.exists():
+        return None
+    return str((path if path.is_dir() else path.parent) / ".provision" / "baseline.json")
+
+
 def build_command(inventory: str, *, checks: list[str], limit: str | None = None,
-                  extra_vars: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+                  extra_vars: list[str] | None = None, baseline: str | None = None,
+                  save_baseline: bool = False) -> tuple[list[str], dict[str, str]]:
     """argv and environment for ansible-playbook on playbooks/verify.yml."""
-    own = json.dumps({"verify_fail_on_error": False, "verify_smoke": "smoke" in checks,
-                      "verify_select": [n for n in checks if n != "smoke"]})
+    own_vars = {"verify_fail_on_error": False, "verify_smoke": "smoke" in checks,
+                "verify_select": [n for n in checks if n != "smoke"]}
+    if baseline and "smoke" in checks:
+        own_vars.update(verify_baseline=baseline, verify_save_baseline=save_baseline)
+    own = json.dumps(own_vars)
     argv = ansible.playbook_argv("playbooks/verify.yml", inventory, limit=limit,
                                  extra_vars=[own] + list(extra_vars or []))
     return argv, ansible.events_env()
@@ -52,15 +68,20 @@ def exit_code(document: dict[str, Any]) -> int:
 
 def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), limit: str | None = None,
            smoke: bool = False, extra_vars: list[str] | None = None, timeout: float = 300,
-           on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+           on_event: Callable[[dict[str, Any]], None] | None = None, baseline: str | None = None,
+           save_baseline: bool = False) -> dict[str, Any]:
     """Run the checks and return the document; VerifyError for usage/inventory problems,
     TimeoutError when the run passed its limit."""
     try:
         inv = ansible.resolve_inventory(inventory)
     except ansible.AnsibleError as exc:
         raise VerifyError(str(exc)) from exc
-    selected = select_checks(list(checks), smoke)
-    argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars)
+    selected = select_checks(list(checks), smoke or save_baseline)
+    where = baseline_path(inv, baseline)
+    if save_baseline and where is None:
+        raise VerifyError(f"{inventory} is a host list: give --baseline FILE to keep the baseline in")
+    argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars, baseline=where,
+                              save_baseline=save_baseline)
     run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True)
     if run.timed_out:
         raise TimeoutError(f"verify did not finish within {timeout:.0f} s (ansible-playbook was stopped)")

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from provision import diagnose as core
-from provision.terminal import EXIT_USAGE, Terminal, make_table
+from provision.app import Application
+from provision.terminal import Terminal, make_table
 
 
 def _why(c: dict[str, Any]) -> str:
@@ -75,14 +76,11 @@ def command(logs: tuple[str, ...], node: str | None, json_mode: bool) -> None:
     provision diagnose node1.log node2.log --json > diagnosis.json
     kubectl logs job/train | provision diagnose --node worker-0 -
     """
-    term = Terminal(json_mode=json_mode)
-    try:
+    app = Application(json_mode=json_mode)
+    with app.guard():
         doc = core.diagnose(core.read_logs(logs), node=node)
-    except core.DiagnoseError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_USAGE)
     if json_mode:
-        term.emit_json(doc)
+        app.emit_json(doc)
     else:
-        render(term, doc)
+        render(app, doc)
     sys.exit(core.exit_code(doc))

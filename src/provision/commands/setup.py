@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from provision import lab as lab_core
-from provision.terminal import EXIT_FAILED, Terminal
+from provision.app import Application
 
 
 @click.command("setup")
@@ -17,14 +15,10 @@ def command(lab: bool) -> None:
     """Install the collections the roles use (and the lab's host packages)."""
     from provision import deps
 
-    term = Terminal()
-    try:
-        names = deps.ensure_collections(log=term.info)
-        term.info(f"installed collections: {', '.join(names)}" if names
-                  else "collections: all present")
+    app = Application()
+    with app.guard():
+        names = deps.ensure_collections(log=app.info)
+        app.info(f"installed collections: {', '.join(names)}" if names else "collections: all present")
         if lab:
-            done = lab_core.setup_host(log=term.info)
-            term.info("; ".join(done) if done else "lab host packages: all present")
-    except (RuntimeError, lab_core.LabError) as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_FAILED)
+            done = lab_core.setup_host(log=app.info)
+            app.info("; ".join(done) if done else "lab host packages: all present")

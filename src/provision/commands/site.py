@@ -7,15 +7,11 @@ For users who installed the package and never cloned the repository; from a chec
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
 from provision import ansible
-from provision.terminal import EXIT_USAGE, Terminal
-
-STAGES = ["preflight", "packages", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
-          "node_runtime", "nccl_net", "shell_env", "launchers", "allreduce_smoke"]
+from provision.app import Application
 
 
 def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...]) -> list[str]:
@@ -24,17 +20,17 @@ def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...]) -> 
 
 @click.command("site", context_settings={"ignore_unknown_options": True})
 @click.option("-i", "--inventory", required=True, help="Inventory file or directory.")
-@click.option("--stage", type=click.Choice(STAGES), default=None, help="Run one stage only.")
+@click.option("--stage", type=click.Choice(ansible.collection_module("cluster_plan").STAGES), default=None,
+              help="Run one stage only.")
 @click.argument("ansible_args", nargs=-1, type=click.UNPROCESSED)
 def command(inventory: str, stage: str | None, ansible_args: tuple[str, ...]) -> None:
     """Run site.yml (all stages, or --stage NAME) against an inventory.
 
     Arguments after the options go to ansible-playbook (e.g. --check --diff, --limit node2).
     """
-    term = Terminal()
+    app = Application()
     if not os.path.exists(inventory):
-        term.error(f"inventory {inventory} does not exist; fix: pass -i inventory/<name>/ "
-                   "(see `provision lab up` for a local one)")
-        sys.exit(EXIT_USAGE)
+        app.usage(f"inventory {inventory} does not exist; fix: pass -i inventory/<name>/ "
+                  "(see `provision lab up` for a local one)")
     argv = playbook_argv(inventory, stage, ansible_args)
     os.execve(argv[0], argv, ansible.environment())

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from provision import verify as core
-from provision.terminal import EXIT_FAILED, EXIT_USAGE, Terminal, make_table
+from provision.app import Application
+from provision.terminal import Terminal, make_table
 
 MARK = {"pass": "[green]✓[/green]", "fail": "[red]✗[/red]", "warn": "[yellow]![/yellow]",
         "skip": "[dim]-[/dim]"}
@@ -127,6 +127,32 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
     for r in smoke.get("rows") or []:
         table.add_row(str(r.get("bytes")), str(r.get("time_us")), str(r.get("algbw")), str(r.get("busbw")))
     term.table(table)
+    per_node = smoke.get("per_node") or {}
+    if per_node:
+        slow = {lk["src"] for lk in smoke.get("slow_links") or []}
+        table = make_table("per node (TCP GB/s: sending to the next node alone, and with every link busy)",
+                           ["node", "out one-way", "out ring", "in ring"])
+        for node, f in per_node.items():
+            mark = "[red]" if node in slow else ""
+            table.add_row(f"{mark}{node}", *[str(f.get(k, "-")) for k in ("out_one_way_gbps", "out_ring_gbps",
+                                                                           "in_ring_gbps")])
+        term.table(table)
+    expected = smoke.get("expected") or {}
+    if expected.get("detail"):
+        term.out.print(f"expected bandwidth: {expected['detail']}", markup=False)
+    iso = smoke.get("isolation") or {}
+    for rnd_no, rnd in enumerate(iso.get("rounds") or [], 1):
+        term.out.print(f"bad node search, round {rnd_no}: " + "; ".join(
+            f"{a}+{b} {out}" for (a, b), out in zip(rnd["pairs"], rnd["outcome"])), markup=False)
+    if iso.get("summary"):
+        term.out.print(f"bad node search: {iso['summary']}", markup=False)
+    base = smoke.get("baseline") or {}
+    if base.get("path"):
+        state = ("saved" if base.get("saved") else base.get("not_saved") or "") if "saved" in base or \
+            base.get("not_saved") else ""
+        term.out.print(f"baseline {base['path']}: "
+                       + ("compared" if base.get("comparable") else "not comparable: " + "; ".join(
+                           base.get("differences") or [])[:200]) + (f"; {state}" if state else ""), markup=False)
 
 
 @click.command("verify")
@@ -138,11 +164,17 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 @click.option("--smoke", is_flag=True, help="Also run the all-reduce smoke test across the nodes.")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
               help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_toolchain_min_version=11.")
+@click.option("--save-baseline", is_flag=True,
+              help="With --smoke (implied): keep this run's all-reduce figures as the cluster's baseline, which later "
+                   "--smoke runs are compared with.")
+@click.option("--baseline", "baseline", metavar="FILE", default=None,
+              help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
 @click.option("--timeout", default=300, show_default=True, type=float, help="Give up after this many seconds.")
 @click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (README: provision verify --json).")
 @click.option("--list-checks", is_flag=True, help="List the check names and exit.")
 def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool,
-            extra_vars: tuple[str, ...], timeout: float, json_mode: bool, list_checks: bool) -> None:
+            extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
+            list_checks: bool) -> None:
     """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
 
     \b
@@ -150,23 +182,17 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
     provision verify -i inventory/lab/ --check mesh --check env --limit node1,node2
     provision verify -i hosts.ini --smoke --json > verify.json
     """
-    term = Terminal(json_mode=json_mode)
+    app = term = Application(json_mode=json_mode)
     if list_checks:
         for name, desc in core.checks().items():
             term.info(f"{name:10} {desc}")
         return
-    try:
-        with Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
-            doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
-                              extra_vars=list(extra_vars), timeout=timeout, on_event=progress)
-    except core.VerifyError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_USAGE)
-    except TimeoutError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_FAILED)
+    with app.guard(), Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
+        doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
+                          extra_vars=list(extra_vars), timeout=timeout, on_event=progress, baseline=baseline,
+                          save_baseline=save_baseline)
     if json_mode:
-        term.emit_json(doc)
+        app.emit_json(doc)
     else:
-        render(term, doc)
-    sys.exit(core.exit_code(doc))
+        render(app, doc)
+    app.done(doc["ok"])

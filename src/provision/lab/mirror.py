@@ -40,12 +40,14 @@ from ._base import LABEL, LABEL_ROLE, LabError, _run, podman
 # Everything the roles may install from the mirror, by name (the lead's roles read the mirror
 # through `cluster_package_mirror`; extend this list when a role installs something new).
 MIRROR_PACKAGES = [
+    # python3-apt: Ansible's apt module installs it on first use (from this mirror on an air-gapped node)
+    "python3-apt",
     "openssh-server", "openssh-client", "gcc", "g++", "make", "pdsh", "python3-venv",
     "iproute2", "iperf3", "procps", "sudo", "ca-certificates", "less", "rsync",
     "openmpi-bin", "libopenmpi-dev",
     "munge", "slurm-wlm", "slurmd", "slurmctld", "slurm-client",
 ]
-MIRROR_VERSION = 2
+MIRROR_VERSION = 3
 MIRROR_PORT = 8080
 MIRROR_ROLE = "mirror"
 LABEL_MIRROR_URL = "provision.lab.mirror_url"

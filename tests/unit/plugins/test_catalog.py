@@ -164,3 +164,26 @@ def test_sshd_down_on_a_node_without_init_says_why_a_restart_lost_it():
     c.results = {"sshd": dict(result, init="systemd")}
     (rec,) = spec.records("n1", dict(result, init="systemd"), c)
     assert "no init system" not in rec["detail"] and "the sshd role does it" in rec["fix"]
+
+
+def test_site_yml_verify_pass_leaves_out_the_checks_of_skipped_stages():
+    from ansible_collections.provision.cluster.plugins.plugin_utils.verify import selection
+
+    everything, _ = selection(None, False, True, {"ansible_run_tags": ["all"], "ansible_skip_tags": []})
+    assert everything == K.select()
+    skipped, entries = selection(None, False, True, {"ansible_run_tags": ["all"], "ansible_skip_tags": ["python_env"]})
+    assert "versions" not in skipped and "sshd" in skipped
+    # provision verify itself (not in site.yml) never leaves a check out for tags
+    assert selection(None, False, False, {"ansible_skip_tags": ["python_env"]})[0] == K.select()
+    assert "versions" not in entries and "compare" not in entries  # nor as what consistency needs
+
+
+def test_consistency_names_the_node_whose_mtu_differs_from_verify_data():
+    data = {h: {"nccl": {"link": {"mtu": 1500, "speed": 10000, "driver": "veth"}, "kernel": "6.1.0"},
+                "gpu": {"gpu": {"driver_version": "", "driver_cuda_version": ""}}} for h in ("n1", "n2", "n3")}
+    data["n2"]["nccl"]["link"]["mtu"] = 9000
+    cc = K.ClusterContext(["n1", "n2", "n3"], data, {}, Var({}), False)
+    records, extra = K.BY_NAME["consistency"].cluster(cc)
+    by = {c["node"]: c for c in records}
+    assert by["n2"]["status"] == "fail" and "MTU of the NCCL interface 9000 while 2 other node(s) have 1500" in by["n2"]["detail"]
+    assert by["n1"]["status"] == "pass" and extra == {}

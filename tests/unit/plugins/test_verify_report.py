@@ -152,3 +152,14 @@ def test_a_node_that_did_not_answer_in_time_is_named_frozen():
     doc = build_document(["n2"], {"n2": {"reachable": False, "connection": conn,
                                          "reach_detail": "n2 did not answer within 30 s"}}, selected=["reach"])
     assert "did not answer (frozen" in doc["checks"][0]["detail"] and "podman unpause" in doc["checks"][0]["fix"]
+
+
+def test_one_line_for_a_node_a_stage_could_not_reach():
+    from ansible_collections.provision.cluster.plugins.filter.results import unreachable_line
+
+    msg = ('Data could not be sent to remote host "10.0.0.2". Make sure this host can be reached over ssh: '
+           'Connection timed out during banner exchange')
+    line = unreachable_line({"unreachable": True, "msg": msg}, "n2", {"ansible_host": "10.0.0.2", "ansible_port": 2222})
+    assert line.startswith("n2 accepted the connection but did not answer (frozen")
+    assert line.endswith("(a paused container: podman unpause) (or leave it out for now: --limit '!n2')")
+    assert "\n" not in line

@@ -1,0 +1,51 @@
+"""The cluster's own baseline (plugins/module_utils/baseline.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import helpers  # noqa: F401
+from ansible_collections.provision.cluster.plugins.module_utils import baseline as B
+
+INPUTS = {"config": {"backend": "gloo", "sizes": ["64M"]}, "python": "/opt/provision/venv/bin/python",
+          "nodes": {"n1": {"rank": 0, "address": "10.0.0.1", "versions": {"torch": "2.13.0"}, "boot_id": "a"},
+                    "n2": {"rank": 1, "address": "10.0.0.2", "versions": {"torch": "2.13.0"}, "boot_id": "b"}}}
+GREEN = {"status": "pass", "busbw_gbps": 0.6, "fingerprint_inputs": INPUTS,
+         "rows": [{"bytes": 1 << 20, "busbw": 0.2}, {"bytes": 64 << 20, "busbw": 0.6}],
+         "tcp_ring": [{"src": "n1", "dst": "n2", "gbps": 1.0}, {"src": "n2", "dst": "n1", "gbps": 1.1}]}
+
+
+def test_a_run_like_the_baseline_passes_and_a_reboot_does_not_make_it_stale():
+    base = B.make(GREEN, saved_at=0)
+    later = copy.deepcopy(GREEN)
+    later["fingerprint_inputs"]["nodes"]["n1"]["boot_id"] = "rebooted"
+    later["rows"][1]["busbw"] = 0.57                       # 5% slower: within 10%
+    assert B.comparable(base, later) == (True, [])
+    (c,) = B.compare(base, later, "n1")
+    assert c["status"] == "pass" and c["detail"].startswith("within 10% of the baseline")
+
+
+def test_a_slower_run_and_a_slower_link_fail_naming_size_and_link():
+    base = B.make(GREEN, saved_at=0)
+    slow = copy.deepcopy(GREEN)
+    slow["rows"][1]["busbw"] = 0.3
+    slow["tcp_ring"][1]["gbps"] = 0.1
+    out = {c["check"]: c for c in B.compare(base, slow, "n1")}
+    assert out["allreduce baseline"]["status"] == "fail"
+    assert "67108864 B: 0.3 GB/s, 50% below 0.6" in out["allreduce baseline"]["detail"]
+    link = out["link n2->n1 baseline"]
+    assert link["node"] == "n2" and "n2 -> n1 carries 0.1 GB/s with every link busy, 91% below the baseline 1.1" \
+        in link["detail"]
+
+
+def test_another_node_set_or_version_is_not_comparable():
+    base = B.make(GREEN, saved_at=0)
+    other = copy.deepcopy(GREEN)
+    other["fingerprint_inputs"]["nodes"]["n3"] = {"rank": 2}
+    ok, why = B.comparable(base, other)
+    assert not ok and why == ["the node set: n1,n2 then, n1,n2,n3 now"]
+    newer = copy.deepcopy(GREEN)
+    newer["fingerprint_inputs"]["nodes"]["n2"]["versions"]["torch"] = "2.14.0"
+    newer["fingerprint_inputs"]["config"]["sizes"] = ["16M"]
+    assert B.comparable(base, newer) == (False, ["config.sizes", "nodes.n2.versions.torch"])
+    assert B.comparable(None, GREEN)[0] is False

@@ -1,0 +1,75 @@
+"""Finding the bad node by pairs (plugins/module_utils/isolation.py): the rounds and the verdict."""
+
+from __future__ import annotations
+
+import helpers  # noqa: F401
+from ansible_collections.provision.cluster.plugins.module_utils import isolation as I
+
+NODES = ["n1", "n2", "n3", "n4"]
+
+
+def play(nodes, bad=(), slow=(), hang=(), healthy=0.6, max_rounds=4):
+    """Run the rounds against a simulated cluster: a pair with a bad node fails, with a slow one runs
+    at a tenth, with a hanging one times out."""
+    rounds = []
+    while True:
+        pairs = I.next_round(nodes, rounds, max_rounds=max_rounds)
+        if not pairs:
+            return rounds, I.verdict(nodes, rounds, timeout=30)
+        results = {}
+        for a, b in pairs:
+            if a in hang or b in hang:
+                results[I.pair_key(a, b)] = {"status": "timeout", "busbw": None}
+            elif a in bad or b in bad:
+                results[I.pair_key(a, b)] = {"status": "failed", "busbw": None, "detail": "Connection refused"}
+            else:
+                bw = healthy / 10 if (a in slow or b in slow) else healthy
+                results[I.pair_key(a, b)] = {"status": "ok", "busbw": bw}
+        rounds.append({"pairs": pairs, "results": results})
+
+
+def test_one_slow_link_is_named_in_two_rounds_with_the_figures():
+    rounds, v = play(NODES, slow={"n3"})
+    assert [r["pairs"] for r in rounds] == [[["n1", "n2"], ["n3", "n4"]], [["n1", "n3"], ["n2", "n4"]]]
+    assert [b["node"] for b in v["bad"]] == ["n3"]
+    assert v["bad"][0]["detail"] == ("n3: every pair it was in was bad: with n4 0.06 GB/s busbw; with n1 0.06 GB/s "
+                                     "busbw against 0.6 GB/s of the healthy pairs")
+
+
+def test_a_frozen_node_is_named_as_not_answering_within_the_time_limit():
+    _rounds, v = play(NODES, hang={"n2"})
+    assert [b["node"] for b in v["bad"]] == ["n2"]
+    assert v["bad"][0]["detail"] == "n2 did not answer within 30 s in pairs with n1 and n4"
+
+
+def test_a_failing_node_in_an_odd_cluster_and_the_odd_node_out():
+    nodes = ["a", "b", "c", "d", "e"]
+    rounds, v = play(nodes, bad={"e"})
+    assert rounds[0]["pairs"] == [["a", "b"], ["c", "d"]]          # e waits: odd node out
+    assert ["a", "e"] in rounds[1]["pairs"]
+    assert [b["node"] for b in v["bad"]] == ["e"] and "failed (Connection refused)" in v["bad"][0]["detail"]
+    rounds, v = play(nodes)
+    assert v["bad"] == [] and v["summary"] == "every node worked in a pair with a healthy node"
+
+
+def test_two_bad_nodes_and_a_cluster_wide_fault():
+    _rounds, v = play(["n%d" % i for i in range(1, 9)], slow={"n2", "n7"})
+    assert [b["node"] for b in v["bad"]] == ["n2", "n7"]
+    _rounds, v = play(NODES, bad=set(NODES))
+    assert v["bad"] == [] and "not one bad node but the whole network" in v["summary"]
+    _rounds, v = play(["n1", "n2"], bad={"n2"})
+    assert "which node is bad cannot be told by pairs" in v["summary"]
+
+
+def test_rounds_are_bounded():
+    nodes = ["n%d" % i for i in range(1, 9)]
+    rounds, v = play(nodes, slow={"n1", "n2", "n3", "n4", "n5"}, max_rounds=2)
+    assert len(rounds) <= 2
+    assert all(b.get("unconfirmed") or b["node"] for b in v["bad"])
+
+
+def test_slowest_links_of_the_ring_probe():
+    links = [{"src": "n1", "dst": "n2", "gbps": 1.0}, {"src": "n2", "dst": "n3", "gbps": 0.95},
+             {"src": "n3", "dst": "n4", "gbps": 0.1}, {"src": "n4", "dst": "n1", "gbps": 1.02}]
+    assert I.slowest_links(links) == [{"src": "n3", "dst": "n4", "gbps": 0.1}]
+    assert I.slowest_links(links[:1]) == []
