@@ -27,6 +27,8 @@ description:
     has C(cluster_package_mirror), its base URL (C(http://10.89.K.2:8080)), and
     C(cluster_package_mirror_layout) C(flat), meaning one flat repository per release at
     C(<base>/<codename>/), for the apt line C(deb [trusted=yes] <base>/<codename> ./).
+  - When the lab runs SLURM (C(provision lab up --slurm)), every host has C(lab_slurm_controller)
+    (node1) and C(lab_slurm_partition) (lab).
   - The config file must end in C(lab.yml) or C(lab.yaml).
 options:
   plugin:
@@ -111,6 +113,12 @@ class InventoryModule(BaseInventoryPlugin):
         state_dir = self.get_option("state_dir") or os.path.join(
             os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "provision", "labs", name)
         known_hosts = os.path.join(state_dir, "known_hosts")
+        slurm = None
+        try:
+            with open(os.path.join(state_dir, "slurm.json"), encoding="utf-8") as handle:
+                slurm = json.load(handle)
+        except (OSError, ValueError):
+            pass
         try:
             proc = subprocess.run(
                 ["podman", "ps", "-a", "--filter", "label=%s=%s" % (LABEL, name), "--format", "json"],
@@ -155,6 +163,9 @@ class InventoryModule(BaseInventoryPlugin):
             setv(host, "lab_init", labels.get(LABEL_INIT) or "none")
             setv(host, "lab_flavour", flavour)
             setv(host, "lab_bare", flavour == "bare")
+            if slurm:
+                setv(host, "lab_slurm_controller", slurm.get("controller"))
+                setv(host, "lab_slurm_partition", slurm.get("partition"))
             if mirror_url:
                 setv(host, "cluster_package_mirror", mirror_url)
                 setv(host, "cluster_package_mirror_layout", "flat")

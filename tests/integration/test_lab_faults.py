@@ -76,7 +76,8 @@ def lab(lab_factory):
         subprocess.run(["podman", "exec", "-d", f"{made.name}-node{i}", "python3", "/tmp/probe.py", "sink"],
                        check=True, capture_output=True)
     time.sleep(0.5)
-    return made
+    yield made
+    made.down()
 
 
 def _probe(lab, node: int, *args) -> float:

@@ -29,7 +29,8 @@ def lab(lab_factory):
     made = lab_factory(lab_name("flav"), nodes=3, options=["--os", ",".join(RELEASES), "--init", "systemd", "--bare"])
     print(f"3-release systemd bare lab up in {time.monotonic() - t0:.1f} s (images included when not cached)")
     made.status = json.loads(lab_cmd("status", "--json", lab_name=made.name).stdout)
-    return made
+    yield made
+    made.down()
 
 
 def _banner(lab, from_node: int, address: str, port: int) -> str:

@@ -30,7 +30,8 @@ def lab(lab_factory):
     print(f"3-release bare lab with its mirror up in {time.monotonic() - t0:.1f} s (images and mirror "
           "included when not cached)")
     made.status = json.loads(lab_cmd("status", "--json", lab_name=made.name).stdout)
-    return made
+    yield made
+    made.down()
 
 
 def _unsafe(value):

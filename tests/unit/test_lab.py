@@ -124,3 +124,22 @@ def test_fixed_macs_are_unique_per_address():
             for a in lab_core.node_addresses(k, i)}
     assert len(macs) == 4 * lab_core.MAX_NODES
     assert all(int(m.split(":")[0], 16) & 0b11 == 0b10 for m in macs)  # locally administered unicast
+
+
+def test_sysctls_for_many_systemd_nodes_are_raised_never_lowered(tmp_path, monkeypatch):
+    proc = tmp_path / "proc"
+    (proc / "fs/inotify").mkdir(parents=True)
+    (proc / "fs/inotify/max_user_instances").write_text("128\n")
+    (proc / "fs/inotify/max_user_watches").write_text("1048576\n")
+    monkeypatch.setattr(lab_core.os, "geteuid", lambda: 0)
+    conf = tmp_path / "sysctl.d/90-provision-lab.conf"
+    done = lab_core._ensure_sysctls(proc, conf)
+    assert done == ["raised fs.inotify.max_user_instances from 128 to 8192"]
+    assert (proc / "fs/inotify/max_user_instances").read_text() == "8192\n"
+    assert (proc / "fs/inotify/max_user_watches").read_text() == "1048576\n"
+    assert "fs.inotify.max_user_instances = 8192" in conf.read_text()
+    assert lab_core._ensure_sysctls(proc, conf) == []
+    monkeypatch.setattr(lab_core.os, "geteuid", lambda: 1000)
+    (proc / "fs/inotify/max_user_instances").write_text("128\n")
+    with pytest.raises(lab_core.LabError, match="sudo provision lab setup"):
+        lab_core._ensure_sysctls(proc, conf)

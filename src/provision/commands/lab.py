@@ -52,6 +52,9 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
               help="Serve a package mirror in the lab (always on with --bare): the .debs the roles may "
                    "install, fetched once per release into ~/.cache/provision/mirror; the inventory "
                    "gives its URL as cluster_package_mirror.")
+@click.option("--slurm", is_flag=True, envvar="PROVISION_LAB_SLURM",
+              help="A real SLURM in the lab: Debian's munge and slurm-wlm from the lab mirror, slurmctld on "
+                   "node1, slurmd on every node, partition 'lab' of all nodes (implies --mirror).")
 @click.option("--shm-size", default="1g", show_default=True, help="/dev/shm size of every node.")
 @click.option("--node-option", "node_options", multiple=True, metavar="I:OPTS",
               help="Extra podman run options for node I, e.g. '2:--ulimit=memlock=65536:65536'.")
@@ -60,7 +63,7 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
                    "the systemd node's own sshd on 22 (--init systemd).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the lab status as JSON.")
 def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str, bare: bool, mirror: bool,
-           shm_size: str, node_options: tuple[str, ...], root_password_file: str | None, json_mode: bool) -> None:
+           slurm: bool, shm_size: str, node_options: tuple[str, ...], root_password_file: str | None, json_mode: bool) -> None:
     """Bring up (or keep) a lab of N nodes; a second `up` is a fast no-op."""
     term = Terminal(json_mode=json_mode)
     if bare and flavour not in (None, "bare"):
@@ -70,7 +73,7 @@ def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str,
         password = open(root_password_file, encoding="utf-8").read().strip()
     spec = lab_core.LabSpec(name=name, nodes=nodes, flavour="bare" if bare else (flavour or "full"),
                             shm_size=shm_size, node_options=_parse_node_options(node_options),
-                            password=password, init=init, mirror=mirror,
+                            password=password, init=init, mirror=mirror, slurm=slurm,
                             os=tuple(r.strip() for r in releases.split(",") if r.strip()) or (lab_core.SUITE,))
     try:
         state = lab_core.up(spec, log=term.info)
@@ -175,6 +178,9 @@ def _print_status(term: Terminal, state: dict, json_mode: bool) -> None:
                 "frozen" if k == "frozen" else f"{k} {v}" + (f" ({node['faults'][k + '_direction']})"
                                                             if k + "_direction" in node["faults"] else "")
                 for k, v in node["faults"].items() if not k.endswith("_direction")))
+    if state.get("slurm"):
+        sl = state["slurm"]
+        term.info(f"SLURM: slurmctld on {sl['controller']}, partition {sl['partition']} of {', '.join(sl['nodes'])}")
     server = state.get("mirror")
     if server:
         sizes = ", ".join(f"{r} {m['debs'] or 0} debs {(m['bytes'] or 0) / 1e6:.0f} MB (built in {m['seconds'] or 0:.0f} s)"

@@ -37,6 +37,7 @@ from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT
                     LABEL_ROLE, LABEL_SIDE, LabError, _run, podman)
 from . import faults as faults_mod
 from . import mirror as mirror_mod
+from . import slurm as slurm_mod
 from .images import (FLAVOURS, INITS, RECIPE_VERSION, RELEASES, SUITE, build_image, check_image_args,
                      image_exists, image_tag, recipe)
 
@@ -98,8 +99,13 @@ class LabSpec:
     # one release for every node, or one per node (node i gets os[i-1])
     os: tuple[str, ...] = (SUITE,)
     init: str = "none"  # none (catatonit, no sshd running) or systemd (PID 1, sshd on 22)
-    # serve the package mirror in the lab (always when the nodes are bare)
+    # serve the package mirror in the lab (always when the nodes are bare, or with SLURM)
     mirror: bool = False
+    # a real SLURM: slurmctld on node1, slurmd everywhere (packages from the mirror)
+    slurm: bool = False
+
+    def wants_mirror(self) -> bool:
+        return self.mirror or self.slurm or self.flavour == "bare"
 
     def release(self, idx: int) -> str:
         return self.os[0] if len(self.os) == 1 else self.os[idx - 1]
@@ -155,7 +161,40 @@ def setup_host(*, install: bool = True, conf_path: Path = Path("/etc/containers/
         tmp.write_text(CONTAINERS_CONF)
         os.replace(tmp, conf_path)
         done.append(f"wrote {conf_path}")
+    done += _ensure_sysctls()
     return done
+
+
+# Each systemd node holds a few inotify instances; the usual default of 128 per user stops the
+# 25th or so systemd node from booting (its path units fail, then it hangs). Raised, never lowered.
+SYSCTLS = {"fs.inotify.max_user_instances": 8192, "fs.inotify.max_user_watches": 524288}
+SYSCTL_FILE = Path("/etc/sysctl.d/90-provision-lab.conf")
+
+
+def _ensure_sysctls(proc_sys: Path = Path("/proc/sys"), conf: Path | None = None) -> list[str]:
+    conf = conf or SYSCTL_FILE
+    low = {}
+    for key, want in SYSCTLS.items():
+        try:
+            have = int((proc_sys / key.replace(".", "/")).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if have < want:
+            low[key] = (have, want)
+    if not low:
+        return []
+    if os.geteuid() != 0:
+        raise LabError(f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: too low for the lab's systemd nodes; "
+                       f"run `sudo provision lab setup` (or sysctl -w " + " ".join(f"{k}={w}" for k, (_h, w) in low.items()) + ")")
+    for key, (_have, want) in low.items():
+        (proc_sys / key.replace(".", "/")).write_text(f"{want}\n")
+    try:
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text("# written by `provision lab setup`: many systemd containers need more inotify instances\n"
+                        + "".join(f"{k} = {w}\n" for k, w in SYSCTLS.items()))
+    except OSError:
+        pass  # applied now; only not kept across a reboot of this machine
+    return [f"raised {k} from {h} to {w}" for k, (h, w) in low.items()]
 
 
 def _containers_conf_ok(path: Path) -> bool:
@@ -261,6 +300,9 @@ def status(name: str = DEFAULT_NAME) -> dict:
     nodes.sort(key=lambda n: n.index)
     doc = {"lab": name, "networks": list_networks(name), "nodes": [asdict(n) for n in nodes],
            "up": bool(nodes) and all(n.state == "running" for n in nodes)}
+    slurm_state = cache_dir() / "labs" / name / "slurm.json"
+    if nodes and slurm_state.is_file():
+        doc["slurm"] = json.loads(slurm_state.read_text())
     server = mirror_mod.find(containers)
     if server is not None:
         doc["mirror"] = {"url": (server.get("Labels") or {}).get(mirror_mod.LABEL_MIRROR_URL, ""),
@@ -287,7 +329,8 @@ _SSHD_PASSWORD_SETUP_SYSTEMD = (
     "set -e; chpasswd; "
     "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
     "> /etc/ssh/sshd_config.d/00-lab-password.conf; systemctl reload-or-restart ssh.service")
-BOOT_TIMEOUT = 120  # seconds a systemd node may take to finish booting
+BOOT_TIMEOUT = 180  # seconds a batch of systemd nodes may take to finish booting
+BOOT_BATCH = 8
 
 
 def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
@@ -373,7 +416,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
     plan = _plan(spec, k)
     containers = list_containers(spec.name)
     server = mirror_mod.find(containers)
-    if spec.mirror or spec.flavour == "bare" or server is not None:
+    if spec.wants_mirror() or server is not None:
         build_mirrors(spec, tags, log=log)
     _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
     existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c for c in _nodes_of(containers)}
@@ -383,6 +426,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             _remove_node(spec.name, idx, c["Names"][0], log=log)
     started: list[str] = []
     created: list[tuple[int, str]] = []
+    booted = 0  # started systemd nodes known to have booted
     try:
         for idx, cname, addr, side_net, subnet in plan:
             side = node_addresses(k, idx)[1]
@@ -403,12 +447,17 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             created.append((idx, cname))
             podman(*_run_argv(spec, idx, cname, tag, addr, side, side_net))
             started.append(cname)
+            if spec.init == "systemd" and len(started) - booted >= BOOT_BATCH:
+                # systemd nodes boot in batches: 32 at once on 2 busy cores (each makes its host
+                # keys) took over 2 minutes for the last of them
+                wait_booted(started[booted:], log=log)
+                booted = len(started)
             if spec.password and spec.init != "systemd":
                 # the password goes through stdin: never on a command line
                 _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
                      input_text=f"root:{spec.password}\n")
-        if spec.init == "systemd" and started:
-            wait_booted(started, log=log)
+        if spec.init == "systemd" and started[booted:]:
+            wait_booted(started[booted:], log=log)
             for idx, cname in created:
                 if spec.password:
                     _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP_SYSTEMD],
@@ -418,10 +467,18 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             _remove_node(spec.name, idx, cname, log=lambda _m: None)
         undo = f"; removed the {len(created)} node(s) this run had created" if created else ""
         raise LabError(f"{exc}{undo}") from exc
-    if spec.mirror or spec.flavour == "bare" or server is not None:
-        mirror_mod.serve(spec.name, k, tags[spec.release(1)], existing=server, log=log)
+    url = None
+    if spec.wants_mirror() or server is not None:
+        url = mirror_mod.serve(spec.name, k, tags[spec.release(1)], existing=server, log=log)
     if started:
         log(f"started {', '.join(started)}")
+    if created and not spec.slurm:
+        # new nodes have no SLURM: the lab's record of it no longer holds
+        (cache_dir() / "labs" / spec.name / "slurm.json").unlink(missing_ok=True)
+    if spec.slurm:
+        nodes = [{"name": f"node{idx}", "container": cname, "address": addr, "os": spec.release(idx),
+                  "init": spec.init} for idx, cname, addr, _net, _sub in plan]
+        slurm_mod.setup(spec.name, nodes, url, lab_state_dir(spec.name), log=log)
     return status(spec.name)
 
 

@@ -295,8 +295,28 @@ def serve(lab: str, k: int, image: str, *, existing: dict | None, log=print) -> 
            "--no-hosts", "-v", f"{mirror_root()}:/srv/mirror:ro",
            image, "python3", "-m", "http.server", str(MIRROR_PORT), "--bind", address,
            "--directory", "/srv/mirror")
+    wait_serving(url)
     log(f"package mirror: {url}/<release>/ (flat: deb [trusted=yes] {url}/<release> ./)")
     return url
+
+
+def wait_serving(url: str, *, timeout: float = 30) -> None:
+    """Until the server answers (the controller reaches the lab network through its bridge)."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    why = ""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (OSError, urllib.error.URLError) as exc:
+            why = str(exc)
+        time.sleep(0.2)
+    raise LabError(f"the lab's package mirror at {url} does not answer after {timeout:.0f} s ({why}); "
+                   f"see `podman logs` of the lab's -mirror container")
 
 
 def summary(releases: list[str]) -> dict[str, dict]:
