@@ -71,3 +71,15 @@ def converged_lab(lab_factory):
     assert first.rc == 0, first
     lab.first_run = first
     return lab
+
+
+@pytest.fixture(scope="session")
+def four_node_lab(lab_factory):
+    """A 4-node lab on which site.yml ran once (green): the bad-node tests (issue 21) and the lifecycle
+    tests (issue 24) share it; each test restores what it changed before it ends."""
+    from helpers import lab_name, run_playbook
+
+    lab = lab_factory(lab_name("four"), nodes=4)
+    first = run_playbook("site.yml", lab_name=lab.name, timeout=2400)
+    assert first.rc == 0, first
+    return lab
