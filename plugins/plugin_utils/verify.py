@@ -31,12 +31,21 @@ def role_of(name):
     return next((r for r in roles if name.startswith(r + "_")), None)
 
 
+def _load_templatable(loader, path):
+    """A role defaults file as Ansible loads one: its strings are templates (ansible-core 2.19 marks
+    strings from a file as data unless asked; older cores have no such mark and no keyword)."""
+    try:
+        return loader.load_from_file(path, trusted_as_template=True)
+    except TypeError:
+        return loader.load_from_file(path)
+
+
 def role_defaults(loader, role):
     """roles/<role>/defaults/main.yml, loaded once per process (through Ansible's loader: templatable)."""
     with _DEFAULTS_LOCK:
         if role not in _DEFAULTS:
             path = os.path.join(_ROLES, role, "defaults", "main.yml")
-            _DEFAULTS[role] = (loader.load_from_file(path) or {}) if os.path.isfile(path) else {}
+            _DEFAULTS[role] = (_load_templatable(loader, path) or {}) if os.path.isfile(path) else {}
         return _DEFAULTS[role]
 
 
