@@ -178,10 +178,12 @@ def running_stages(stages, run_tags, skip_tags):
 
 
 def plan_from_hostvars(hostvars, hosts, master="", master_port=None, user=None, group=None, stages=None,
-                       run_tags=None, skip_tags=None, stage_min_nodes=None):
+                       run_tags=None, skip_tags=None, stage_min_nodes=None, master_addr=None):
     """-> {"problems": [...], "plan": {...}} for the hosts of the cluster group (inventory order).
 
     hostvars: name -> that host's variables (a mapping: Ansible's hostvars, or plain dicts in tests).
+    master_addr: cluster_master_addr when the inventory sets it (the rendezvous address every rank
+    dials, e.g. a VIP or another interface of the master), else the master's cluster address.
     """
     rows = []
     for name in hosts or []:
@@ -197,6 +199,8 @@ def plan_from_hostvars(hostvars, hosts, master="", master_port=None, user=None, 
         stages=running_stages(stages, run_tags, skip_tags) if stages is not None else None,
         stage_min_nodes=stage_min_nodes)
     if plan:
+        if master_addr:
+            plan["master_addr"] = str(master_addr)
         plan["user"] = str(user or DEFAULTS["cluster_user"])
         plan["group"] = str(group or DEFAULTS["cluster_group"])
     return {"problems": problems, "plan": plan}

@@ -49,6 +49,10 @@ def unreachable(node, conn, message=""):
         return (detail, "the node's host key is not the one recorded (reimaged?): check its fingerprint at the "
                         "console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and accept it on purpose: "
                         "provision bootstrap -i INV --limit %s --replace-host-key SHA256:..." % node)
+    if "timed out after" in detail.lower():
+        # the task's own timeout: the connection (or the module) never came back
+        return ("%s did not answer (frozen, overloaded or its sshd hung) within the task's timeout: %s"
+                % (node, detail), "look at %s's console or hypervisor (a paused container: podman unpause)" % node)
     if cls == "frozen":
         return ("%s accepted the connection but did not answer (frozen, overloaded or its sshd hung): %s"
                 % (node, detail), "look at %s's console or hypervisor (a paused container: podman unpause)" % node)

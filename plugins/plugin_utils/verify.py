@@ -88,6 +88,7 @@ def cluster_plan(var, hosts):
     members = (var("groups") or {}).get(group) or list(hosts)
     hostvars = {h: _HostView(var, h) for h in members}
     out = plan_from_hostvars(hostvars, members, master=var("cluster_master") or "",
+                             master_addr=var("cluster_master_addr") or None,
                              master_port=var("cluster_master_port") or None, user=var("cluster_user") or "",
                              group=group)
     return out["plan"]

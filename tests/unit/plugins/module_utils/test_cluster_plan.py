@@ -137,3 +137,13 @@ def test_node_address_rule():
     assert node_address({"cluster_address": "10.0.0.9", "ansible_host": "mgmt"}, "n") == "10.0.0.9"
     assert node_address({"ansible_host": "mgmt"}, "n") == "mgmt"
     assert node_address({}, "n") == "n"
+
+
+def test_cluster_master_addr_overrides_the_masters_cluster_address():
+    """cluster_master_addr is the rendezvous address every rank dials (a VIP, another interface):
+    the plan carries it; without it, the master's own cluster address."""
+    hostvars = {"a": {"ansible_host": "10.0.0.1"}, "b": {"ansible_host": "10.0.0.2"}}
+    plain = plan_from_hostvars(hostvars, ["a", "b"])["plan"]
+    assert plain["master_addr"] == "10.0.0.1"
+    override = plan_from_hostvars(hostvars, ["a", "b"], master_addr="192.168.7.1")["plan"]
+    assert (override["master"], override["master_addr"]) == ("a", "192.168.7.1")

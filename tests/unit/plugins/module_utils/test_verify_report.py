@@ -154,6 +154,15 @@ def test_a_node_that_did_not_answer_in_time_is_named_frozen():
     assert "did not answer (frozen" in doc["checks"][0]["detail"] and "podman unpause" in doc["checks"][0]["fix"]
 
 
+def test_a_node_whose_check_hit_the_task_timeout_is_named_frozen():
+    """What Ansible records when `timeout:` ends a task on a paused node (ssh connected, then nothing)."""
+    conn = {"connection": "ssh", "host": "10.0.0.2", "port": 2222}
+    doc = build_document(["n2"], {"n2": {"reachable": False, "connection": conn,
+                                         "reach_detail": "Timed out after 20 second(s)."}}, selected=["reach"])
+    assert doc["checks"][0]["detail"].startswith("n2 did not answer (frozen, overloaded or its sshd hung)")
+    assert "podman unpause" in doc["checks"][0]["fix"]
+
+
 def test_one_line_for_a_node_a_stage_could_not_reach():
     from ansible_collections.provision.cluster.plugins.filter.results import unreachable_line
 
