@@ -12,6 +12,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.provision.cluster.plugins.module_utils import baseline as B
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils import known_hosts as KH
 from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document, fail_lines
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan, selection
 
@@ -24,10 +25,28 @@ def _reach(node_result, reach_result):
     """(reachable, why not) from the ping task (skipped inside site.yml) and the checks task."""
     for res in (reach_result, node_result):
         if isinstance(res, dict) and (res.get("unreachable") or (res is reach_result and res.get("failed"))):
-            return False, C.one_line(res.get("msg")) or "unreachable"
+            # the whole message: ssh's changed-host-key warning has the fingerprint on a later line
+            return False, str(res.get("msg") or "").strip() or "unreachable"
     if not isinstance(node_result, dict) or not node_result:
         return False, "no result from this node"
     return True, ""
+
+
+def _recorded_keys(var, host, conn):
+    """{"known_hosts": file, "recorded_keys": [...]} for a node whose host key changed: what the
+    controller's known_hosts (the file ssh reads for that host) records for it."""
+    name = KH.host_pattern(str(conn["host"]), int(conn.get("port") or 22))
+    for path in KH.user_known_hosts_files(var.hostvar(host, "ansible_ssh_common_args"),
+                                          var.hostvar(host, "ansible_ssh_extra_args")):
+        path = os.path.expanduser(path)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                recorded = KH.recorded_fingerprints(fh.read(), name)
+        except OSError:
+            continue
+        if recorded:
+            return {"known_hosts": path, "recorded_keys": recorded}
+    return {}
 
 
 def _inventory_problem(line, order):
@@ -104,10 +123,12 @@ class ActionModule(ActionBase):
             records = list(node.get("checks") or []) + list(peers.get("checks") or [])
             if reachable and node.get("failed") and not records:
                 records = [C.failed("verify", node.get("msg") or "the checks failed", "see `provision verify -v`", node=h)]
+            conn = {"connection": var.hostvar(h, "ansible_connection") or "ssh", "host": var.hostvar(h, "ansible_host") or h,
+                    "port": var.hostvar(h, "ansible_port"), "user": var.hostvar(h, "ansible_user")}
+            if not reachable and "IDENTIFICATION HAS CHANGED" in (why or ""):
+                conn.update(_recorded_keys(var, h, conn))
             nodes[h] = {"address": addresses.get(h, h), "reachable": reachable, "reach_detail": why, "checks": records,
-                        "connection": {"connection": var.hostvar(h, "ansible_connection") or "ssh",
-                                       "host": var.hostvar(h, "ansible_host") or h,
-                                       "port": var.hostvar(h, "ansible_port"), "user": var.hostvar(h, "ansible_user")}}
+                        "connection": conn}
             if (data.get("mesh") or {}).get("row"):
                 rows[h] = data["mesh"]["row"]
             if (data.get("versions") or {}).get("versions"):

@@ -199,3 +199,16 @@ def recorded_fingerprints(text, name):
     """'SHA256:... (ED25519)' of the plain entries known_hosts text records for name."""
     return list(dict.fromkeys("%s (%s)" % (k.fingerprint, key_label(k.keytype))
                               for k in known_keys_for(text or "", name) if not k.marker))
+
+
+_UKHF = re.compile(r"UserKnownHostsFile[= ]+(\"[^\"]+\"|'[^']+'|\S+)")
+
+
+def user_known_hosts_files(*ssh_args):
+    """The known_hosts files ssh reads given its -o options (ansible_ssh_common_args and friends):
+    UserKnownHostsFile's files, else ~/.ssh/known_hosts and ~/.ssh/known_hosts2."""
+    files = []
+    for args in ssh_args:
+        for m in _UKHF.finditer(str(args or "")):
+            files.extend(m.group(1).strip("\"'").split())
+    return files or ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]

@@ -12,6 +12,7 @@ and the run's duration added) and to its own failure message (``fail_lines``). S
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.known_hosts import presented_fingerprint
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import classify_ssh_error
 
 SCHEMA_VERSION = 1
@@ -45,6 +46,17 @@ def unreachable(node, conn, message=""):
         return ("%s answers but nothing listens on %s (sshd down or on another port): %s" % (node, where, detail),
                 "start sshd there (at the console: systemctl start ssh, or /usr/sbin/sshd -p %s), then "
                 "ansible-playbook site.yml --tags sshd --limit %s" % (conn.get("port") or 22, node))
+    presented = presented_fingerprint(message)
+    if cls == "host_key_changed" and presented:
+        recorded = conn.get("recorded_keys") or []
+        was = ("%s records %s" % (conn.get("known_hosts") or "known_hosts", ", ".join(recorded)) if recorded
+               else "the recorded key differs")
+        return ("%s presents a host key that is not the one recorded: it sends %s (%s), %s; ssh refuses to "
+                "connect (reimaged, replaced, or someone in between)" % (node, presented[1], presented[0], was),
+                "if %s was reimaged, compare %s with the console's `ssh-keygen -lf /etc/ssh/ssh_host_%s_key.pub` "
+                "and accept it on purpose: provision bootstrap -i INV --limit %s --replace-host-key %s; if not, "
+                "find out who answers at %s before anything else" % (node, presented[1], presented[0].lower(), node,
+                                                                      presented[1], where))
     if cls in ("host_key_changed", "host_key_missing"):
         return (detail, "the node's host key is not the one recorded (reimaged?): check its fingerprint at the "
                         "console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and accept it on purpose: "

@@ -172,3 +172,26 @@ def test_one_line_for_a_node_a_stage_could_not_reach():
     assert line.startswith("n2 accepted the connection but did not answer (frozen")
     assert line.endswith("(a paused container: podman unpause) (or leave it out for now: --limit '!n2')")
     assert "\n" not in line
+
+
+def test_a_changed_host_key_is_named_with_both_fingerprints():
+    """A reimaged node: what it presents (from ssh's own warning, a real capture) and what the
+    controller's known_hosts records; the fix accepts exactly the presented key, on purpose."""
+    message = "Failed to connect to the host via ssh: " + (SSH_ERRORS / "ssh-err-host-key-changed.txt").read_text()
+    conn = {"connection": "ssh", "host": "10.89.133.12", "port": 2222, "user": "root",
+            "known_hosts": "/root/.ssh/known_hosts", "recorded_keys": ["SHA256:oldoldold (ED25519)"]}
+    doc = build_document(["n2"], {"n2": {"reachable": False, "reach_detail": message, "connection": conn}},
+                         selected=["reach"])
+    (c,) = doc["checks"]
+    assert "sends SHA256:NfYujp2+3xB/OO3SP4acE0cTBF6OPbi4LEaOx2FbXuQ (ED25519)" in c["detail"], c
+    assert "/root/.ssh/known_hosts records SHA256:oldoldold (ED25519)" in c["detail"], c
+    assert "--limit n2 --replace-host-key SHA256:NfYujp2+3xB/OO3SP4acE0cTBF6OPbi4LEaOx2FbXuQ" in c["fix"], c
+    assert "\n" not in c["detail"] + c["fix"]
+
+
+def test_known_hosts_files_from_the_ssh_options():
+    from ansible_collections.provision.cluster.plugins.module_utils.known_hosts import user_known_hosts_files
+
+    assert user_known_hosts_files("-o UserKnownHostsFile=/x/kh -o StrictHostKeyChecking=yes", None) == ["/x/kh"]
+    assert user_known_hosts_files(None, "-o UserKnownHostsFile=/y/kh") == ["/y/kh"]
+    assert user_known_hosts_files("", None) == ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
