@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, ansible_env, node_exec, tool
+from helpers import REPO, ansible_env, lab_name, node_exec, tool
 from provision.lab import status as lab_status
 
 pytestmark = pytest.mark.lab
 
-LAB = "bsit"
+LAB = lab_name("bsit")
 AK = "/root/.ssh/authorized_keys"
 OPS_LINE = "# ops: keep this line"
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, ansible_env, node_exec, run_playbook, tool
+from helpers import REPO, ansible_env, lab_name, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
-LAB = "ln"
+LAB = lab_name("ln")
 VENV = "/opt/ln-venv"
 LAUNCH_DIR = "/root/.provision/launch"
 WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"

@@ -9,14 +9,14 @@ import subprocess
 import time
 
 import pytest
-from helpers import REPO, PlaybookResult, ansible_env, node_exec, run_playbook, tool
+from helpers import PlaybookResult, REPO, ansible_env, lab_name, node_exec, run_playbook, tool
 
 from ansible_collections.provision.cluster.plugins.module_utils import bashrc as br
 
 pytestmark = pytest.mark.lab
 
 # fixed names: their subnets (hash of the name) do not collide with the other suites' labs
-LAB_NAMES = {"full": "netenv-full", "minimal": "netenv-min"}
+LAB_NAMES = {"full": lab_name("netenv-full"), "minimal": lab_name("netenv-min")}
 STAGES = ["preflight", "sshd", "ssh_mesh", "pdsh", "nccl_net", "shell_env"]
 EXTRA = {"shell_env_extra_vars": {"PROVISION_TEST": "it works", "QUOTED": "a'b $c"}}
 

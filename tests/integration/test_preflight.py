@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from helpers import run_playbook
+from helpers import lab_name, run_playbook
 
 pytestmark = pytest.mark.lab
 
-LAB = "t-pre"
+LAB = lab_name("pre")
 PLAYBOOK = "site.yml"
 
 

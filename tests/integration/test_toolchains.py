@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, LAB_INVENTORY, REPO, ansible_env, node_exec, run_playbook, tool
+from helpers import FIXTURES, LAB_INVENTORY, REPO, ansible_env, lab_name, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
-LAB = "tcit"
+LAB = lab_name("tcit")
 STAGES = ["playbooks/gcc_toolchain.yml", "playbooks/cuda_toolkit.yml", "playbooks/python_env.yml"]
 USER = "trainer"  # a non-root cluster_user: the venv must end up owned by it
 VENV = "/opt/provision/venv"
