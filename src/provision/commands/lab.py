@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from provision import lab as lab_core
-from provision.terminal import EXIT_FAILED, EXIT_USAGE, Terminal, make_table
+from provision.app import Application
+from provision.terminal import EXIT_USAGE, Terminal, make_table
 
 
 class UsageError(click.UsageError):
@@ -65,7 +64,7 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
 def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str, bare: bool, mirror: bool,
            slurm: bool, shm_size: str, node_options: tuple[str, ...], root_password_file: str | None, json_mode: bool) -> None:
     """Bring up (or keep) a lab of N nodes; a second `up` is a fast no-op."""
-    term = Terminal(json_mode=json_mode)
+    term = Application(json_mode=json_mode)
     if bare and flavour not in (None, "bare"):
         raise UsageError(f"--bare and --image {flavour} contradict each other; give one of them")
     password = None
@@ -75,11 +74,8 @@ def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str,
                             shm_size=shm_size, node_options=_parse_node_options(node_options),
                             password=password, init=init, mirror=mirror, slurm=slurm,
                             os=tuple(r.strip() for r in releases.split(",") if r.strip()) or (lab_core.SUITE,))
-    try:
+    with term.guard():
         state = lab_core.up(spec, log=term.info)
-    except lab_core.LabError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_FAILED)
     _print_status(term, state, json_mode)
     if not json_mode:
         from provision.paths import content_root
@@ -93,27 +89,21 @@ def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str,
 @click.option("--json", "json_mode", is_flag=True, help="Machine-readable output.")
 def lab_status(name: str, json_mode: bool) -> None:
     """Show each node's name, container, addresses and state."""
-    term = Terminal(json_mode=json_mode)
-    try:
+    term = Application(json_mode=json_mode)
+    with term.guard():
         state = lab_core.status(name)
-    except lab_core.LabError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_FAILED)
     _print_status(term, state, json_mode)
     if not state["up"]:
-        sys.exit(EXIT_FAILED)
+        term.done(False)
 
 
 @command.command("down")
 @click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME")
 def lab_down(name: str) -> None:
     """Remove every container and network of this lab, and nothing else."""
-    term = Terminal()
-    try:
+    term = Application()
+    with term.guard():
         removed = lab_core.down(name, log=lambda _m: None)
-    except lab_core.LabError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_FAILED)
     term.info(f"lab {name}: removed {len(removed['containers'])} container(s), "
               f"{len(removed['networks'])} network(s)")
 
@@ -134,29 +124,23 @@ def lab_down(name: str) -> None:
 def lab_fault(target: tuple[str, ...], name: str, rate: str | None, delay: str | None, loss: str | None,
               mtu: int | None, freeze: bool, thaw: bool, clear: bool, direction: str) -> None:
     """Degrade one node from the controller (the node is not told): `provision lab fault LAB node2 --rate 100mbit`."""
-    term = Terminal()
+    term = Application()
     if len(target) > 2:
         raise UsageError("give the node, optionally after the lab: provision lab fault [LAB] NODE --rate 100mbit")
     lab, node = (target[0], target[1]) if len(target) == 2 else (name, target[0])
     if freeze and thaw:
         raise UsageError("--freeze and --thaw contradict each other; give one of them")
-    try:
+    with term.guard():
         lab_core.fault(lab, node, rate=rate, delay=delay, loss=loss, mtu=mtu, freeze=freeze, thaw=thaw,
                        clear=clear, direction=direction, log=term.info)
-    except lab_core.LabError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_FAILED)
 
 
 @command.command("setup")
 def lab_setup() -> None:
     """Install what the lab needs on this (Debian-family) machine: podman, runc, debootstrap."""
-    term = Terminal()
-    try:
+    term = Application()
+    with term.guard():
         done = lab_core.setup_host(log=term.info)
-    except lab_core.LabError as exc:
-        term.error(str(exc))
-        sys.exit(EXIT_FAILED)
     term.info("; ".join(done) if done else "nothing to do: podman, runc, debootstrap and "
               "containers.conf are in place")
 
