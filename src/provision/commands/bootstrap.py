@@ -106,9 +106,12 @@ def _password(ask_pass: bool, password_file: str | None, users: list[str]) -> st
 
 
 def _ssh_vars(targets: list[core.Target], known_hosts: Path, inv_dir: Path | None, view: _View) -> str | None:
-    """Write group_vars/all/provision_ssh.yml when missing; warn where Ansible would not use it."""
+    """Write group_vars/all/provision_ssh.yml when missing and some host needs it (an inventory whose
+    hosts already name this known_hosts with checking on, like the lab's, gets nothing); warn where
+    Ansible would not use it."""
     written = None
-    if inv_dir is not None:
+    needed = any(core.ssh_args_problem(t, known_hosts, inv_dir) for t in targets)
+    if inv_dir is not None and needed:
         path = inv_dir / core.SSH_VARS_RELPATH
         blocked = path.parent.exists() and not path.parent.is_dir()
         if not path.exists() and not blocked:

@@ -128,3 +128,20 @@ def test_help_lists_the_options(tmp_path):
     assert proc.returncode == 0
     for opt in ("--ask-pass", "--password-file", "--accept-host-keys", "--known-hosts", "--forks", "--timeout"):
         assert opt in proc.stdout
+
+
+def test_an_inventory_that_already_checks_host_keys_gets_no_group_vars(tmp_path):
+    """Hosts that already name the known_hosts with checking on (the lab inventory does, per host):
+    bootstrap writes nothing into the inventory (it once wrote group_vars into the checkout's
+    inventory/lab, pointing every later lab at one lab's known_hosts)."""
+    known = tmp_path / "kh"
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.ini").write_text(
+        f"[cluster]\nh1 ansible_host=127.0.0.1 ansible_port={closed_port()} ansible_user=root\n\n[cluster:vars]\n"
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes'\n")
+    proc, _ = run_bootstrap(tmp_path, "-i", str(inv / "hosts.ini"), "--known-hosts", str(known),
+                            "--password-file", str(password_file(tmp_path)), "--timeout", "2")
+    assert proc.returncode == 1, proc   # nothing listens: the host fails, the inventory is left alone
+    assert not (inv / "group_vars").exists()
+    assert "wrote" not in proc.stdout + proc.stderr
