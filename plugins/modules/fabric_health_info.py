@@ -122,7 +122,6 @@ fabric_health:
 """
 
 import os
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -130,18 +129,10 @@ from ansible_collections.provision.cluster.plugins.module_utils import fabric_he
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts
 from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
+from ansible_collections.provision.cluster.plugins.module_utils.procs import run_bounded
 
 MAX_INTERVAL = 60
 
-
-def _run(argv, timeout):
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", "%s did not answer within %ss" % (argv[0], timeout)
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def acs_pairs(sys_root, gpus, devices):
@@ -188,7 +179,7 @@ def collect(module):
     if p["ibv_devinfo"]:
         exe = module.get_bin_path("ibv_devinfo")
         if exe:
-            rc, out, _err = _run([exe], timeout)
+            rc, out, _err = run_bounded([exe], timeout)
             devinfo = F.parse_ibv_devinfo(out) if rc == 0 else None
             facts["devinfo"] = devinfo or {}
     modules_text = read_text(os.path.join(proc_root, "modules"), errors="replace")
@@ -206,7 +197,7 @@ def collect(module):
         if not pairs:
             acs = []
         elif exe:
-            rc, out, _err = _run([exe, "-vvv"], timeout)
+            rc, out, _err = run_bounded([exe, "-vvv"], timeout)
             if rc == 0:
                 acs = F.parse_lspci_acs(out)
                 denied = "<access denied>" in out

@@ -112,33 +112,17 @@ ansible_facts:
 
 import glob
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import gpu as G
 from ansible_collections.provision.cluster.plugins.module_utils.gcc import os_family, os_release_dict
+from ansible_collections.provision.cluster.plugins.module_utils.procs import first_line, run_bounded
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin"]
 NCCL_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
              "/usr/local/nccl/lib", "/usr/local/lib", "/opt/nccl/lib"]
 
 
-def _run(argv, timeout):
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"{argv[0]} did not answer within {timeout}s"
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def _first_line(*texts):
-    for text in texts:
-        for line in (text or "").splitlines():
-            if line.strip():
-                return line.strip()
-    return ""
 
 
 def read_smi(module, timeout):
@@ -146,14 +130,14 @@ def read_smi(module, timeout):
     smi_bin = module.get_bin_path("nvidia-smi", opt_dirs=NVIDIA_BIN_DIRS)
     if not smi_bin:
         return None, "nvidia-smi not found: no NVIDIA driver on this node"
-    rc, out, err = _run([smi_bin, "-q", "-x"], timeout)
+    rc, out, err = run_bounded([smi_bin, "-q", "-x"], timeout)
     if rc != 0:
-        return None, f"nvidia-smi failed (rc={rc}): {_first_line(out, err)}"
+        return None, f"nvidia-smi failed (rc={rc}): {first_line(out, err)}"
     try:
         smi = G.parse_smi_xml(out)
     except Exception as exc:  # a broken XML is a reason, not a traceback
         return None, f"nvidia-smi -q -x output unreadable: {exc}"
-    rc, out, err = _run([smi_bin, "--query-gpu=" + ",".join(G.QUERY_FIELDS), "--format=csv,noheader"], timeout)
+    rc, out, err = run_bounded([smi_bin, "--query-gpu=" + ",".join(G.QUERY_FIELDS), "--format=csv,noheader"], timeout)
     csv_gpus = []
     if rc == 0:
         try:
@@ -229,7 +213,7 @@ def collect(module):
     nvcc = next((os.path.join(d, "nvcc") for d in nvcc_dirs[:1] if os.access(os.path.join(d, "nvcc"), os.X_OK)), None)
     nvcc = nvcc or module.get_bin_path("nvcc", opt_dirs=nvcc_dirs)
     if nvcc:
-        rc, out, _ = _run([nvcc, "--version"], p["timeout"])
+        rc, out, _ = run_bounded([nvcc, "--version"], p["timeout"])
         parsed = G.parse_nvcc_version(out) if rc == 0 else None
         if parsed:
             facts["nvcc"] = dict(parsed, path=nvcc)

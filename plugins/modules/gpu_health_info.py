@@ -176,27 +176,12 @@ from ansible_collections.provision.cluster.plugins.module_utils import checks as
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts
 from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
+from ansible_collections.provision.cluster.plugins.module_utils.procs import first_line, run_bounded
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/usr/sbin", "/sbin", "/bin"]
 MAX_LOAD_SECONDS = 60
 
 
-def _run(argv, timeout):
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", "%s did not answer within %ss" % (argv[0], timeout)
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def _first_line(*texts):
-    for text in texts:
-        for line in (text or "").splitlines():
-            if line.strip():
-                return line.strip()
-    return ""
 
 
 def read_kernel_log(module, root, timeout):
@@ -205,18 +190,18 @@ def read_kernel_log(module, root, timeout):
     tried = []
     dmesg = module.get_bin_path("dmesg")
     if dmesg and (os.geteuid() == 0 or restrict in ("0", None)):
-        rc, out, err = _run([dmesg], timeout)
+        rc, out, err = run_bounded([dmesg], timeout)
         if rc == 0 and out.strip():
             return out, "dmesg", ""
-        tried.append("dmesg: %s" % (_first_line(err, out) or "rc=%d" % rc))
+        tried.append("dmesg: %s" % (first_line(err, out) or "rc=%d" % rc))
     elif dmesg:
         tried.append("dmesg: kernel.dmesg_restrict=%s and uid %d" % (restrict, os.geteuid()))
     journalctl = module.get_bin_path("journalctl")
     if journalctl:
-        rc, out, err = _run([journalctl, "-k", "-b", "--no-pager", "-q", "-o", "short"], timeout)
+        rc, out, err = run_bounded([journalctl, "-k", "-b", "--no-pager", "-q", "-o", "short"], timeout)
         if rc == 0 and out.strip() and "No entries" not in out[:200]:
             return out, "journalctl -k", ""
-        tried.append("journalctl -k: %s" % (_first_line(err, out) or "rc=%d, no entries" % rc))
+        tried.append("journalctl -k: %s" % (first_line(err, out) or "rc=%d, no entries" % rc))
     else:
         tried.append("no journalctl")
     return None, "", ("kernel log not readable (%s): run with become: true, or add the user to the adm/"
@@ -270,12 +255,12 @@ def collect(module):
     if p["load_command"] and not module.check_mode:
         load = run_load(p["load_command"], p["load_seconds"])
     try:
-        rc, out, err = _run([smi, "-q", "-x"], timeout)
+        rc, out, err = run_bounded([smi, "-q", "-x"], timeout)
         facts["loaded"] = bool(load is not None and load.poll() is None)
     finally:
         stop_load(load)
     if rc != 0:
-        facts["reason"] = "nvidia-smi -q -x failed (rc=%d): %s" % (rc, _first_line(out, err))
+        facts["reason"] = "nvidia-smi -q -x failed (rc=%d): %s" % (rc, first_line(out, err))
         return facts, _no_read(facts, on_bus, node)
     try:
         parsed = H.parse_smi_health(out)
@@ -286,11 +271,11 @@ def collect(module):
     if not parsed["gpus"]:
         facts["reason"] = "nvidia-smi lists no GPU"
         return facts, _no_read(facts, on_bus, node)
-    rc, out, _err = _run([smi, "nvlink", "-s"], timeout)
-    nvlink_failed = None if rc == 0 else "rc=%d: %s" % (rc, _first_line(_err, out))
+    rc, out, _err = run_bounded([smi, "nvlink", "-s"], timeout)
+    nvlink_failed = None if rc == 0 else "rc=%d: %s" % (rc, first_line(_err, out))
     facts["nvlink"] = H.parse_nvlink_status(out) if rc == 0 else {}
     if any(info["links"] for info in facts["nvlink"].values()):
-        rc, out, _err = _run([smi, "nvlink", "-e"], timeout)
+        rc, out, _err = run_bounded([smi, "nvlink", "-e"], timeout)
         facts["nvlink_errors"] = H.parse_nvlink_errors(out) if rc == 0 else {}
     xid_events, xid_skip = None, None
     if p["kernel_log"]:
@@ -309,12 +294,12 @@ def collect(module):
         if not dcgmi_bin:
             dcgmi_skip = "dcgmi not installed (datacenter-gpu-manager)"
         else:
-            rc, out, err = _run([dcgmi_bin, "diag", "-r", str(p["dcgm_level"]), "-j"], p["dcgm_timeout"])
+            rc, out, err = run_bounded([dcgmi_bin, "diag", "-r", str(p["dcgm_level"]), "-j"], p["dcgm_timeout"])
             parsed_diag = H.parse_dcgmi_diag(out)
             if parsed_diag["results"]:
                 dcgmi = parsed_diag
             else:
-                dcgmi_skip = "dcgmi diag gave no result (rc=%d): %s" % (rc, _first_line(err, out) or "no output")
+                dcgmi_skip = "dcgmi diag gave no result (rc=%d): %s" % (rc, first_line(err, out) or "no output")
         facts["dcgm"] = dcgmi or {"reason": dcgmi_skip}
     else:
         facts["dcgm"] = {"reason": "not asked"}
