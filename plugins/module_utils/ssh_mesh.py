@@ -160,6 +160,10 @@ def ssh_config_lines(nodes, user, identity_file, kex_algorithms=None):
             "    IdentityFile %s" % identity_file,
             "    IdentitiesOnly yes",
             "    BatchMode yes",
+            # known_hosts is ours (the managed block holds every key each node has): ssh must not
+            # rewrite it after login (OpenSSH >= 8.5 drops keys it would not use, e.g. a bullseye
+            # node's ssh-dss key seen from bookworm, and the next site.yml puts them back)
+            "    UpdateHostKeys no",
         ]
         if kex_algorithms:
             out.append("    KexAlgorithms %s" % ",".join(kex_algorithms))

@@ -72,9 +72,10 @@ def test_authorized_keys_dedup_and_comments():
 
 def test_ssh_config_makes_plain_ssh_name_work():
     lines = ssh_mesh.ssh_config_lines(NODES, "train", "~/.ssh/id_ed25519")
-    assert lines[:7] == ["Host node1 10.89.77.11", "    HostName 10.89.77.11", "    Port 2222", "    User root",
-                         "    IdentityFile ~/.ssh/id_ed25519", "    IdentitiesOnly yes", "    BatchMode yes"]
-    assert lines[7] == "Host n2 gpu-b 10.89.77.12"
+    assert lines[:8] == ["Host node1 10.89.77.11", "    HostName 10.89.77.11", "    Port 2222", "    User root",
+                         "    IdentityFile ~/.ssh/id_ed25519", "    IdentitiesOnly yes", "    BatchMode yes",
+                         "    UpdateHostKeys no"]
+    assert lines[8] == "Host n2 gpu-b 10.89.77.12"
     assert not any("StrictHostKeyChecking" in ln or "UserKnownHostsFile" in ln for ln in lines)
 
 
