@@ -158,10 +158,11 @@ def _probe_lines(text: str) -> list[dict]:
 
 
 def test_rendered_c10d_command_runs_on_both_nodes(rendered):
-    procs = [subprocess.Popen(["podman", "exec", f"{LAB}-node{n}", "timeout", "120",
+    # bounded, with room for a loaded 2-core host (the nodes and the controller share it)
+    procs = [subprocess.Popen(["podman", "exec", f"{LAB}-node{n}", "timeout", "300",
                                f"{LAUNCH_DIR}/torchrun-c10d.sh", "/tmp/probe.py"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (1, 2)]
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+    outs = [p.communicate(timeout=360)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     seen = [_probe_lines(o) for o in outs]
     # c10d orders nodes by host name: node1 gets rank 0, node2 rank 1; one process per node (1 slot)
@@ -177,7 +178,7 @@ def _launch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_provision_launch_streams_prefixed_output(rendered):
     started = time.monotonic()
-    proc = _launch("--timeout", "180", "--", "/tmp/probe.py")
+    proc = _launch("--timeout", "480", "--", "/tmp/probe.py", timeout=600)
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if "PROBE " in ln]
