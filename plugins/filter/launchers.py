@@ -192,10 +192,43 @@ def deepspeed_command(nodes, hostfile, master_addr, master_port=DEFAULT_PORT, ss
                                 launcher))
 
 
+# Each rank of mpirun.sh: torch.distributed's variables from Open MPI's own (MASTER_ADDR and
+# MASTER_PORT come from launch.env, forwarded with -x), then the program.
+MPI_RANK_ENV = ('export RANK="$OMPI_COMM_WORLD_RANK" WORLD_SIZE="$OMPI_COMM_WORLD_SIZE"'
+                ' LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"; exec "$@"')
+
+
 def mpirun_command(nodes, hostfile, ssh_port=DEFAULT_SSH_PORT):
-    """OpenMPI `mpirun` over our hostfile, ssh on the cluster port."""
-    return ("mpirun -np %d --hostfile %s --mca plm_rsh_args %s"
-            % (total_slots(nodes), _q(hostfile), _q("-p %d" % int(ssh_port))))
+    """Open MPI `mpirun` over our hostfile, ssh on the cluster port; every rank gets RANK,
+    WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (from OMPI_COMM_WORLD_*) and MASTER_ADDR/MASTER_PORT,
+    then runs the program that follows (mpirun.sh puts the Python in front of it)."""
+    return ("mpirun -np %d --hostfile %s --mca plm_rsh_args %s -x MASTER_ADDR -x MASTER_PORT sh -c %s sh"
+            % (total_slots(nodes), _q(hostfile), _q("-p %d" % int(ssh_port)), _q(MPI_RANK_ENV)))
+
+
+def mpirun_prelude(python="python3"):
+    """mpirun.sh before its command: PYTHON in front of the program (`--no-python` runs it as is),
+    and Open MPI told that root may run it (it refuses otherwise; containers often run as root)."""
+    return ('case "${1-}" in --no-python) shift ;; *) set -- %s "$@" ;; esac\n'
+            '[ "$(id -u)" != 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n'
+            % _q(python))
+
+
+def accelerate_command(nodes, config, python="python3", use_gpu=True):
+    """`accelerate launch --config_file CONFIG` as `PYTHON -m accelerate.commands.launch` (the venv's).
+
+    Without GPUs and with more than one process, `--multi_gpu` (accelerate's torchrun path: every
+    process gets RANK/WORLD_SIZE) with ACCELERATE_USE_CPU set by accelerate_prelude: accelerate's
+    own MULTI_CPU path starts one plain process per node that sees world size 1 unless it is
+    given an MPI hostfile."""
+    cmd = "%s -m accelerate.commands.launch" % _q(python)
+    if not use_gpu and total_slots(nodes) > 1:
+        cmd += " --multi_gpu"
+    return cmd + " --config_file %s" % _q(config)
+
+
+def accelerate_prelude(use_gpu=True):
+    return "" if use_gpu else "export ACCELERATE_USE_CPU=true\n"
 
 
 def colossalai_command(nodes, hostfile, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFAULT_SSH_PORT):
@@ -206,12 +239,13 @@ def colossalai_command(nodes, hostfile, master_addr, master_port=DEFAULT_PORT, s
             % (per_node, _q(hostfile), _q(master_addr), int(master_port), int(ssh_port)))
 
 
-def launch_script(command, header=None, env_file=None):
+def launch_script(command, header=None, env_file=None, prelude=""):
     """A small executable sh script: sets `here` (its own directory), sources ENV_FILE (a name in
-    that directory) if given, then execs COMMAND "$@"."""
+    that directory) if given, runs PRELUDE (sh lines), then execs COMMAND "$@"."""
     lines = ["#!/bin/sh\n", _header(header), "set -e\n", 'here=$(cd "$(dirname "$0")" && pwd)\n']
     if env_file:
         lines.append("set -a\n. %s\nset +a\n" % _q(HERE + "/" + env_file))
+    lines.append(prelude)
     lines.append('exec %s "$@"\n' % command)
     return "".join(lines)
 
@@ -318,8 +352,8 @@ def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DE
     def add(fname, content, mode="0644"):
         files[fname] = {"content": content, "mode": mode}
 
-    def script(fname, command):
-        add(fname, launch_script(command, header=header, env_file=env_file), "0755")
+    def script(fname, command, prelude=""):
+        add(fname, launch_script(command, header=header, env_file=env_file, prelude=prelude), "0755")
 
     add("launch.env", launch_env(nodes, name, master_addr, master_port, ssh_port, header=header))
     add("hostfile.deepspeed", deepspeed_hostfile(nodes, header=header))
@@ -329,9 +363,10 @@ def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DE
     script("torchrun-static.sh", torchrun_static_command(nodes, name, master_addr, master_port, python))
     script("deepspeed.sh", deepspeed_command(nodes, d + "/hostfile.deepspeed", master_addr, master_port, ssh_port,
                                              python=python))
-    script("mpirun.sh", mpirun_command(nodes, d + "/hostfile.mpi", ssh_port))
+    script("mpirun.sh", mpirun_command(nodes, d + "/hostfile.mpi", ssh_port), mpirun_prelude(python))
     script("horovodrun.sh", horovodrun_command(nodes, ssh_port))
-    script("accelerate.sh", "accelerate launch --config_file %s" % _q(d + "/accelerate.yaml"))
+    script("accelerate.sh", accelerate_command(nodes, d + "/accelerate.yaml", python, use_gpu),
+           accelerate_prelude(use_gpu))
     if uniform_slots(nodes) is not None:
         script("torchrun-c10d.sh", torchrun_c10d_command(nodes, master_addr, master_port, python))
         script("colossalai.sh", colossalai_command(nodes, d + "/hostfile.colossalai", master_addr, master_port,

@@ -1,8 +1,15 @@
 """launchers in a real 2-node lab: rendered files, the c10d torchrun command started on both nodes,
-`provision launch` (success and fail-fast), and the nodelist inventory plugin driving the lab.
+`provision launch` (success and fail-fast), the nodelist inventory plugin driving the lab, and
+every launcher that installs here started for real by `provision launch --launcher X` (DeepSpeed
+over pdsh, Open MPI's mpirun, accelerate, Colossal-AI's CLI) over the fabric the sshd, ssh_mesh,
+nccl_net and shell_env roles make, each rank checked for world size, rank and the environment
+our ~/.bashrc block sets.
 
 torch comes from the controller's wheel (/opt/wheels, pinned 2.13.0): a wheelhouse is made here
 once (cached) and installed into a venv on each node, as the python_env role will do in site.yml.
+The other Python packages are downloaded on the controller (the only machine that reaches PyPI),
+copied into the nodes and installed with --no-index; Open MPI comes from the lab's package
+mirror (`provision lab up --mirror`), Debian's openmpi-bin.
 """
 
 from __future__ import annotations
@@ -28,15 +35,38 @@ WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"
 DS_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-deepspeed"
 DEEPSPEED = "deepspeed==0.19.8"
 DS_DEPS = ["hjson", "ninja", "msgpack", "psutil", "py-cpuinfo", "pydantic", "tqdm", "einops", "packaging", "numpy"]
+PY_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-launchers"
+ACCELERATE = "accelerate==1.15.0"
+# Colossal-AI 0.5.0 pins torch<=2.5.1 (and transformers, ray, bitsandbytes, diffusers...): it is
+# installed without its dependencies next to torch 2.13.0, with what its CLI imports (README)
+COLOSSALAI = "colossalai==0.5.0"
+COLOSSALAI_CLI_DEPS = ["fabric", "click", "psutil", "packaging", "numpy"]
 
 PROBE = """\
-import os, socket, torch, torch.distributed as dist
+import os, socket, sys, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.tensor([rank + 1.0])
 dist.all_reduce(t)
-print("PROBE host=%s rank=%d world=%d group_rank=%s sum=%d" % (socket.gethostname(), rank, world,
-      os.environ.get("GROUP_RANK", "-"), int(t.item())), flush=True)
+env = " ".join("env.%s=%s" % (k, v) for k, v in sorted(os.environ.items())
+               if k == "PATH" or k.startswith(("NCCL_", "GLOO_")))
+print("PROBE host=%s rank=%d world=%d group_rank=%s sum=%d exe=%s %s" % (socket.gethostname(), rank, world,
+      os.environ.get("GROUP_RANK", "-"), int(t.item()), sys.executable, env), flush=True)
+dist.destroy_process_group()
+"""
+
+# the same through accelerate: its Accelerator sets up the process group from what its launcher set
+ACC_PROBE = """\
+import os, socket, sys, torch, torch.distributed as dist
+from accelerate import Accelerator
+acc = Accelerator()
+t = torch.tensor([acc.process_index + 1.0])
+dist.all_reduce(t)
+env = " ".join("env.%s=%s" % (k, v) for k, v in sorted(os.environ.items())
+               if k == "PATH" or k.startswith(("NCCL_", "GLOO_")))
+print("PROBE host=%s rank=%d world=%d type=%s backend=%s sum=%d exe=%s %s" % (socket.gethostname(),
+      acc.process_index, acc.num_processes, acc.distributed_type.value, acc.state.backend, int(t.item()),
+      sys.executable, env), flush=True)
 dist.destroy_process_group()
 """
 
@@ -76,7 +106,8 @@ def _lab_status() -> dict:
 
 @pytest.fixture(scope="module")
 def lab(lab_factory):
-    lab = lab_factory(LAB, nodes=2)
+    # --mirror: the lab's package mirror (Debian's openmpi-bin for mpirun.sh)
+    lab = lab_factory(LAB, nodes=2, options=["--mirror"])
     wheelhouse = _wheelhouse()
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda n: _install_torch(n, wheelhouse), (1, 2)))
@@ -86,7 +117,8 @@ def lab(lab_factory):
     hosts = "".join(f"{n['address']} {n['name']}\n" for n in _lab_status()["nodes"])
     for node in (1, 2):
         node_exec(LAB, node, f"grep -q ' node1$' /etc/hosts || printf '{hosts}' >> /etc/hosts; "
-                             f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF\ncat > /tmp/fail.py <<'EOF'\n{FAIL}EOF")
+                             f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF\ncat > /tmp/fail.py <<'EOF'\n{FAIL}EOF\n"
+                             f"cat > /tmp/acc_probe.py <<'EOF'\n{ACC_PROBE}EOF")
     return lab
 
 
@@ -126,10 +158,11 @@ def _probe_lines(text: str) -> list[dict]:
 
 
 def test_rendered_c10d_command_runs_on_both_nodes(rendered):
-    procs = [subprocess.Popen(["podman", "exec", f"{LAB}-node{n}", "timeout", "120",
+    # bounded, with room for a loaded 2-core host (the nodes and the controller share it)
+    procs = [subprocess.Popen(["podman", "exec", f"{LAB}-node{n}", "timeout", "300",
                                f"{LAUNCH_DIR}/torchrun-c10d.sh", "/tmp/probe.py"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (1, 2)]
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+    outs = [p.communicate(timeout=360)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     seen = [_probe_lines(o) for o in outs]
     # c10d orders nodes by host name: node1 gets rank 0, node2 rank 1; one process per node (1 slot)
@@ -145,7 +178,7 @@ def _launch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_provision_launch_streams_prefixed_output(rendered):
     started = time.monotonic()
-    proc = _launch("--timeout", "180", "--", "/tmp/probe.py")
+    proc = _launch("--timeout", "480", "--", "/tmp/probe.py", timeout=600)
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if "PROBE " in ln]
@@ -220,63 +253,171 @@ def test_check_mode_changes_nothing(rendered):
 
 
 
-# ---- DeepSpeed's own runner over pdsh, with our hostfile -----------------------------------
+# ---- the real launchers, over the fabric the roles make ------------------------------------
+
+FABRIC_TAGS = "sshd,ssh_mesh,nccl_net,shell_env,launchers"
+
+
+@pytest.fixture(scope="module")
+def fabric(rendered):
+    """What site.yml does before a launcher runs, by the roles themselves: sshd on 2222, the key
+    mesh with real host keys and `~/.ssh/config`, /etc/hosts, NCCL/GLOO interface from the node's
+    own interfaces, the ~/.bashrc block (the node venv first on PATH). From here on the lab
+    inventory reaches the nodes over ssh (first contact is done), as on a real cluster: the
+    launcher on each node starts from a shell that read the block.
+    -> {node: {"env": {NAME: value}, "path": {"PATH": [dirs]}}} what each node's block sets."""
+    from ansible_collections.provision.cluster.plugins.module_utils.shell_env_check import block_exports
+
+    started = time.monotonic()
+    res = run_playbook("site.yml", lab_name=LAB, extra_args=["--tags", FABRIC_TAGS], timeout=1200,
+                       extra_vars={"launchers_python": f"{VENV}/bin/python", "shell_env_path": [f"{VENV}/bin"]})
+    assert res.rc == 0, res
+    print(f"sshd, ssh_mesh, nccl_net, shell_env, launchers stages: {time.monotonic() - started:.0f} s")
+    blocks = {}
+    for node in (1, 2):
+        text = node_exec(LAB, node, "sed -n '/^# BEGIN provision managed environment/,/^# END provision managed/p' "
+                                    "/root/.bashrc").stdout
+        blocks[f"node{node}"] = block_exports(text)
+        assert blocks[f"node{node}"]["env"].get("NCCL_SOCKET_IFNAME"), text
+    return blocks
+
+
+def _assert_block_env(seen: list[dict], blocks: dict) -> None:
+    """Every rank has what its node's ~/.bashrc block exports, the block's PATH entries first, and
+    runs the node venv's python."""
+    for probe in seen:
+        block = blocks[probe["host"]]
+        for name, value in block["env"].items():
+            assert probe.get(f"env.{name}") == value, (probe["host"], name, probe)
+        dirs = block["path"]["PATH"]
+        assert probe["env.PATH"].split(":")[:len(dirs)] == dirs, probe
+        assert probe["exe"] in (f"{VENV}/bin/python", f"{VENV}/bin/python3"), probe
+
+
+def _pip(*argv: str, env: dict | None = None, timeout: float = 900) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", *argv], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        pytest.skip(f"pip {argv[0]} failed on the controller: {proc.stderr[-300:]}")
+
 
 def _deepspeed_wheelhouse() -> Path:
     """DeepSpeed has no wheel on PyPI: build one from the sdist (no ops: DS_BUILD_OPS=0), plus its deps."""
     if not list(DS_WHEELHOUSE.glob("deepspeed-*.whl")):
-        pytest.importorskip("torch", reason="building the DeepSpeed wheel needs torch==2.13.0 in the test venv")
         DS_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "DS_BUILD_OPS": "0"}
-        for argv in (["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(DS_WHEELHOUSE), DEEPSPEED],
-                     ["download", "-q", "--only-binary", ":all:", "-d", str(DS_WHEELHOUSE), *DS_DEPS]):
-            proc = subprocess.run([sys.executable, "-m", "pip", *argv], capture_output=True, text=True,
-                                  timeout=900, env=env)
-            if proc.returncode != 0:
-                pytest.skip(f"cannot make a DeepSpeed wheelhouse here: {proc.stderr[-300:]}")
+        _pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(DS_WHEELHOUSE), DEEPSPEED,
+             env={"DS_BUILD_OPS": "0"})
+        _pip("download", "-q", "--only-binary", ":all:", "-d", str(DS_WHEELHOUSE), *DS_DEPS)
     return DS_WHEELHOUSE
 
 
-def _ssh_mesh(nodes: list[dict]) -> None:
-    """What sshd + ssh_mesh do in site.yml, by hand: sshd on 2222, a key pair per node (made on the
-    node), every public key authorized everywhere, real host keys in known_hosts, `ssh nodeN`
-    configured for port 2222. No host-key checking is turned off."""
-    pubs, hostkeys = [], []
-    for n in nodes:
-        out = node_exec(LAB, n["index"], "set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd /root/.ssh; "
-                                         "chmod 700 /root/.ssh; pgrep -x sshd >/dev/null || /usr/sbin/sshd -p 2222; "
-                                         "test -f /root/.ssh/id_ed25519 || "
-                                         "ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519; "
-                                         "cat /root/.ssh/id_ed25519.pub; cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub"
-                        ).stdout.splitlines()
-        pubs.append(out[0])
-        hostkeys.append(f"[{n['name']}]:2222,[{n['address']}]:2222 {out[1]}")
-    config = "".join(f"Host {n['name']}\n  HostName {n['address']}\n  Port 2222\n  User root\n"
-                     f"  IdentityFile /root/.ssh/id_ed25519\n" for n in nodes)
-    files = {"authorized_keys": "\n".join(pubs) + "\n", "known_hosts": "\n".join(hostkeys) + "\n", "config": config}
-    for n in nodes:
-        for name, text in files.items():
-            node_exec(LAB, n["index"], f"cat > /root/.ssh/{name} <<'EOF'\n{text}EOF\nchmod 600 /root/.ssh/{name}")
+def _python_wheelhouse() -> Path:
+    """accelerate with its dependencies (torch itself is in the node venv already), and Colossal-AI
+    (a wheel built from its sdist, no CUDA kernels) with what its CLI imports."""
+    if not list(PY_WHEELHOUSE.glob("colossalai-*.whl")):
+        PY_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+        _pip("download", "-q", "--only-binary", ":all:", "-d", str(PY_WHEELHOUSE), ACCELERATE, "torch==2.13.0",
+             *COLOSSALAI_CLI_DEPS)
+        for torch_wheel in PY_WHEELHOUSE.glob("torch-*.whl"):
+            torch_wheel.unlink()  # in the node venv already (200 MB less to copy)
+        _pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(PY_WHEELHOUSE), COLOSSALAI)
+    return PY_WHEELHOUSE
 
 
-def test_deepspeed_runner_over_pdsh_with_our_hostfile(rendered):
-    wheelhouse = _deepspeed_wheelhouse()
-    nodes = _lab_status()["nodes"]
+def _install_python_launchers(node: int, wheelhouses: list[Path]) -> None:
+    """The wheelhouses copied into the node (podman cp: the nodes reach no index), installed into
+    its venv with --no-index: DeepSpeed, accelerate, then Colossal-AI without its dependencies."""
+    for wh in wheelhouses:
+        subprocess.run(["podman", "cp", str(wh), f"{LAB}-node{node}:/tmp/wh-{wh.name}"], check=True, timeout=300)
+    links = " ".join(f"--find-links /tmp/wh-{wh.name}" for wh in wheelhouses)
+    pip = f"{VENV}/bin/pip install -q --no-compile --no-index {links}"
+    node_exec(LAB, node, f"({pip} {DEEPSPEED} {ACCELERATE} {' '.join(COLOSSALAI_CLI_DEPS)} && "
+                         f"{pip} --no-deps {COLOSSALAI}) && rm -rf /tmp/wh-*", timeout=900)
 
-    def install(index: int) -> None:
-        subprocess.run(["podman", "cp", str(wheelhouse), f"{LAB}-node{index}:/tmp/whds"], check=True, timeout=300)
-        node_exec(LAB, index, f"{VENV}/bin/pip install -q --no-compile --no-index --find-links /tmp/whds "
-                              f"{DEEPSPEED} && rm -rf /tmp/whds", timeout=600)
 
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(install, [n["index"] for n in nodes]))
-    _ssh_mesh(nodes)
+def _install_openmpi(node: int, mirror_url: str) -> None:
+    """Debian's openmpi-bin from the lab's package mirror (the only apt source of that command)."""
+    node_exec(LAB, node, f"""set -e
+command -v mpirun >/dev/null && exit 0
+echo 'deb [trusted=yes] {mirror_url}/bookworm ./' > /tmp/lab-mirror.list
+o="-q -o Dir::Etc::SourceList=/tmp/lab-mirror.list -o Dir::Etc::SourceParts=/dev/null -o Acquire::http::Timeout=20"
+o="$o -o DPkg::Options::=--force-unsafe-io"
+export DEBIAN_FRONTEND=noninteractive
+apt-get $o update >/tmp/apt-mpi.log 2>&1 && apt-get $o install -y --no-install-recommends openmpi-bin \
+    >>/tmp/apt-mpi.log 2>&1 || {{ tail -20 /tmp/apt-mpi.log; exit 1; }}""", timeout=600)
+
+
+@pytest.fixture(scope="module")
+def launchers_installed(fabric):
+    """DeepSpeed, accelerate, Colossal-AI (pip) and Open MPI (apt) on both nodes, all at once."""
+    pytest.importorskip("torch", reason="building the DeepSpeed/Colossal-AI wheels needs torch==2.13.0 in the test venv")
+    wheelhouses = [_deepspeed_wheelhouse(), _python_wheelhouse()]
+    url = _lab_status()["mirror"]["url"]
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        jobs = [pool.submit(_install_python_launchers, n, wheelhouses) for n in (1, 2)]
+        jobs += [pool.submit(_install_openmpi, n, url) for n in (1, 2)]
+        for job in jobs:
+            job.result()
+    print(f"deepspeed, accelerate, colossalai (pip) and openmpi-bin (lab mirror) on 2 nodes: "
+          f"{time.monotonic() - started:.0f} s")
+
+
+def _run_launcher(launcher: str, program: str) -> tuple[subprocess.CompletedProcess, list[dict], float]:
+    started = time.monotonic()
+    # bounded, with room for a loaded 2-core host (every node and the controller share it)
+    proc = _launch("--launcher", launcher, "--timeout", "480", "--", program, timeout=600)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, _probe_lines(proc.stdout), took
+
+
+# ---- DeepSpeed's own runner over pdsh, with our hostfile -----------------------------------
+
+def test_deepspeed_runner_over_pdsh_with_our_hostfile(fabric, launchers_installed):
     node_exec(LAB, 1, "ssh -o BatchMode=yes node2 true && pdsh -R ssh -w node1,node2 true", timeout=60)
     # `provision launch --launcher deepspeed` starts deepspeed.sh on the master only: DeepSpeed's
     # runner reads our hostfile and starts both ranks over pdsh (ssh on 2222)
-    proc = _launch("--launcher", "deepspeed", "--timeout", "240", "--", "/tmp/probe.py")
-    seen = _probe_lines(proc.stdout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc, seen, took = _run_launcher("deepspeed", "/tmp/probe.py")
     assert "Running on the following workers: node1,node2" in proc.stdout
     assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
         ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], proc.stdout[-3000:]
+    _assert_block_env(seen, fabric)
+    print(f"provision launch --launcher deepspeed: world 2, {took:.1f} s")
+
+
+# ---- Open MPI's mpirun (Debian's openmpi-bin from the lab mirror) ---------------------------
+
+def test_mpirun_over_our_hostfile_and_ssh_config(fabric, launchers_installed):
+    version = node_exec(LAB, 1, "mpirun --version").stdout.splitlines()[0]
+    proc, seen, took = _run_launcher("mpirun", "/tmp/probe.py")
+    # mpirun runs on the master only: both ranks' lines come back through it, each names its host
+    assert {ln.split("]", 1)[0] for ln in proc.stdout.splitlines() if "PROBE " in ln} == {"[node1"}
+    assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
+        ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], proc.stdout[-3000:]
+    _assert_block_env(seen, fabric)
+    print(f"provision launch --launcher mpirun ({version}): world 2, {took:.1f} s")
+
+
+# ---- accelerate (CPU, gloo) ------------------------------------------------------------------
+
+def test_accelerate_with_our_config(fabric, launchers_installed):
+    proc, seen, took = _run_launcher("accelerate", "/tmp/acc_probe.py")
+    # accelerate.sh runs on every node; machine_rank from each node's accelerate.yaml
+    assert sorted((p["host"], p["rank"], p["world"], p["type"], p["backend"], p["sum"]) for p in seen) == [
+        ("node1", "0", "2", "MULTI_CPU", "gloo", "3"), ("node2", "1", "2", "MULTI_CPU", "gloo", "3")], proc.stdout[-3000:]
+    _assert_block_env(seen, fabric)
+    print(f"provision launch --launcher accelerate: world 2, {took:.1f} s")
+
+
+# ---- Colossal-AI's CLI (`colossalai run --hostfile`) -------------------------------------------
+
+def test_colossalai_run_with_our_hostfile(fabric, launchers_installed):
+    proc, seen, took = _run_launcher("colossalai", "/tmp/probe.py")
+    # colossalai run on the master reaches node2 over ssh (fabric, our ~/.ssh/config, port 2222)
+    # and starts torchrun there with node ranks in hostfile order
+    assert sorted((p["host"], p["rank"], p["world"], p["group_rank"], p["sum"]) for p in seen) == [
+        ("node1", "0", "2", "0", "3"), ("node2", "1", "2", "1", "3")], proc.stdout[-3000:]
+    assert "node2: success" in proc.stdout
+    _assert_block_env(seen, fabric)
+    print(f"provision launch --launcher colossalai: world 2, {took:.1f} s")

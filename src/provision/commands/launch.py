@@ -77,11 +77,16 @@ class Play:
             data = json.loads(run.stdout)
         except ValueError:
             raise LaunchFailure("%s: %s" % (action, ansible.error_line(run.stderr + run.stdout))) from None
+        # only the launch_job task's results: the plan's include (a pre-task) answers on every
+        # node, also where a master-only launcher starts nothing (a host that never got that far
+        # is unreachable or failed: kept, so that it is reported)
         results: dict[str, dict] = {}
         for play in data.get("plays", []):
             for task in play.get("tasks", []):
                 for host, res in task.get("hosts", {}).items():
-                    if not res.get("skipped"):
+                    if res.get("skipped"):
+                        continue
+                    if str(res.get("action", "")).endswith("launch_job") or _problem(res):
                         results[host] = res
         return results
 

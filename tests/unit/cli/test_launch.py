@@ -19,13 +19,13 @@ from provision.commands import launch
 FAIL = helpers.FIXTURES / "h100-node" / "failures"
 
 
-def _cluster(tmp_path, scripts: dict[str, str]):
+def _cluster(tmp_path, scripts: dict[str, str], script: str = "torchrun-c10d.sh"):
     hosts = {}
     for name, body in scripts.items():
         d = tmp_path / name
         d.mkdir()
-        (d / "torchrun-c10d.sh").write_text("#!/bin/sh\n" + body)
-        (d / "torchrun-c10d.sh").chmod(0o755)
+        (d / script).write_text("#!/bin/sh\n" + body)
+        (d / script).chmod(0o755)
         hosts[name] = {"launchers_dir": str(d)}
     inv = tmp_path / "hosts.yml"
     inv.write_text(yaml.safe_dump({"cluster": {"hosts": hosts, "vars": {
@@ -50,6 +50,16 @@ def test_output_is_prefixed_and_success_is_0(tmp_path):
     assert "[n1] second line" in lines
     assert "[n2] partial line of n2" in lines  # partial lines are kept until they end
     assert "succeeded on 2 node(s)" in proc.stderr
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "deepspeed", "colossalai", "horovodrun"])
+def test_master_only_launchers_start_and_poll_only_the_master(tmp_path, launcher):
+    script = launch.LAUNCHERS[launcher][0]
+    inv = _cluster(tmp_path, {"n1": 'echo "master runs %s $*"\n' % script, "n2": "echo never; exit 9\n"}, script)
+    proc = _launch(inv, "--launcher", launcher, "--poll-wait", "1", "--", "train.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["[n1] master runs %s train.py" % script]
+    assert "(master only)" in proc.stderr and "succeeded on 1 node(s)" in proc.stderr
 
 
 def test_a_failure_stops_the_others_and_exits_1(tmp_path):

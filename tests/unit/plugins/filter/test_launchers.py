@@ -113,6 +113,71 @@ def test_scripts_are_executable_sh_that_pass_arguments(tmp_path):
             "PROVISION_SSH_PORT=2222", "PROVISION_NODES=node1,node2"} <= set(env)
 
 
+def _render(tmp_path, name="node1", use_gpu=True, *slots):
+    files = L.launch_files(nodes(*(slots or (1, 1))), name, "10.0.0.1", python="/opt/venv/bin/python",
+                           use_gpu=use_gpu)
+    for fname, spec in files.items():
+        (tmp_path / fname).write_text(spec["content"])
+        os.chmod(tmp_path / fname, int(spec["mode"], 8))
+    return files
+
+
+def _stand_in(tmp_path, name):
+    """An executable NAME on PATH that prints its argv (one per line) and the job's variables."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / name).write_text('#!/bin/sh\nfor a in "$@"; do echo "ARG $a"; done\n'
+                               'env | grep -E "^(OMPI_ALLOW|ACCELERATE_USE_CPU|MASTER_)" | sed "s/^/ENV /" | sort\n')
+    os.chmod(bindir / name, 0o755)
+    return {**os.environ, "PATH": "%s:%s" % (bindir, os.environ["PATH"])}
+
+
+def test_mpirun_script_gives_every_rank_torch_distributed_variables(tmp_path):
+    _render(tmp_path)
+    out = subprocess.run([str(tmp_path / "mpirun.sh"), "train.py", "--lr", "a b"], env=_stand_in(tmp_path, "mpirun"),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    argv = [ln[4:] for ln in out if ln.startswith("ARG ")]
+    assert argv[:6] == ["-np", "2", "--hostfile", "%s/hostfile.mpi" % tmp_path, "--mca", "plm_rsh_args"]
+    assert argv[6:11] == ["-p 2222", "-x", "MASTER_ADDR", "-x", "MASTER_PORT"]
+    assert argv[11:13] == ["sh", "-c"] and argv[14:] == ["sh", "/opt/venv/bin/python", "train.py", "--lr", "a b"]
+    assert "ENV MASTER_ADDR=10.0.0.1" in out and "ENV MASTER_PORT=29500" in out
+    root = os.getuid() == 0
+    assert ("ENV OMPI_ALLOW_RUN_AS_ROOT=1" in out) is root and ("ENV OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in out) is root
+    # what Open MPI then starts on each node: the rank's variables from OMPI_COMM_WORLD_*, the
+    # program with its arguments intact
+    rank = subprocess.run(argv[11:13] + [argv[13], "sh", "sh", "-c", 'echo "$RANK $WORLD_SIZE $LOCAL_RANK '
+                                                                     '$LOCAL_WORLD_SIZE|$1"', "x", "a b"],
+                          env={**os.environ, "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+                               "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+                          capture_output=True, text=True, check=True).stdout
+    assert rank == "3 4 1 2|a b\n"
+    # --no-python: the program as it is (a binary, a shell script)
+    out = subprocess.run([str(tmp_path / "mpirun.sh"), "--no-python", "hostname"], env=_stand_in(tmp_path, "mpirun"),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert [ln[4:] for ln in out if ln.startswith("ARG ")][-2:] == ["sh", "hostname"]
+
+
+@pytest.mark.parametrize("use_gpu", [True, False])
+def test_accelerate_script_runs_the_venv_accelerate(tmp_path, use_gpu):
+    _render(tmp_path, "node2", use_gpu)
+    env = _stand_in(tmp_path, "python")
+    script = (tmp_path / "accelerate.sh").read_text().replace("/opt/venv/bin/python", "python")
+    (tmp_path / "accelerate.sh").write_text(script)
+    out = subprocess.run([str(tmp_path / "accelerate.sh"), "train.py", "--x"], env=env, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    argv = [ln[4:] for ln in out if ln.startswith("ARG ")]
+    # without GPUs: accelerate's torchrun path (--multi_gpu) with ACCELERATE_USE_CPU, since its
+    # MULTI_CPU path starts one process per node that sees world size 1 (measured; README)
+    flags = [] if use_gpu else ["--multi_gpu"]
+    assert argv == ["-m", "accelerate.commands.launch", *flags, "--config_file", "%s/accelerate.yaml" % tmp_path,
+                    "train.py", "--x"]
+    assert ("ENV ACCELERATE_USE_CPU=true" in out) is (not use_gpu)
+
+
+def test_accelerate_single_cpu_process_needs_no_multi_gpu():
+    assert "--multi_gpu" not in L.accelerate_command(nodes(1), "a.yaml", use_gpu=False)
+
+
 def test_accelerate_config_per_node():
     ns = nodes(4, 4)
     cfg = [yaml.safe_load(L.accelerate_config(ns, n, "10.89.77.11", 29500, header="m")) for n in ("node1", "node2")]
