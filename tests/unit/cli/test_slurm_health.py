@@ -19,15 +19,16 @@ SHM = {"node": "node2", "check": "shm", "status": "fail",
        "fix": "run the container with --shm-size=1g"}
 NOFILE = {"node": "node2", "check": "nofile", "status": "fail", "detail": "soft RLIMIT_NOFILE 1024 < 16384", "fix": "x"}
 
-# `scontrol show node -o node2` on the lab's SLURM 22.05 (Debian bookworm), drained by an admin
-ADMIN_LINE = ("NodeName=node2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.42 "
-              "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=10.89.5.12 NodeHostName=node2 "
-              "Version=22.05.8 OS=Linux 6.1.0-28-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1 (2024-11-22) "
-              "RealMemory=1000 AllocMem=0 FreeMem=1234 Sockets=2 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 "
-              "TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=lab BootTime=2026-11-25T11:44:00 "
-              "SlurmdStartTime=2026-11-25T12:01:02 LastBusyTime=2026-11-25T12:01:02 CfgTRES=cpu=2,mem=1000M,billing=2 "
-              "AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
-              "ExtSensorsTemp=n/s Reason=bad DIMM, ticket 42 [root@2026-11-25T12:03:00]")
+# `scontrol show node -o node2` on the lab's SLURM 22.05.8 (Debian bookworm) after
+# `scontrol update nodename=node2 state=drain reason="bad DIMM, ticket 42"`
+ADMIN_LINE = ('NodeName=node2 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=6.50 AvailableFe'
+              'atures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=10.89.151.12 NodeHostName=node2 Version=22.'
+              '05.8 OS=Linux 6.18.44-fc-v595 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1000 AllocMem=0 FreeMem=15364 So'
+              'ckets=2 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partit'
+              'ions=lab  BootTime=2026-11-25T11:42:32 SlurmdStartTime=2026-11-25T11:49:58 LastBusyTime=2026-11-25T1'
+              '1:49:58 CfgTRES=cpu=2,mem=1000M,billing=2 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSenso'
+              'rsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s Reason=bad DIMM, ticket 42 [root@2026-11-25T11:53:'
+              '09]')
 
 
 def state(s="IDLE", reason="", name="node2"):
@@ -99,7 +100,7 @@ def test_node_state_flags():
 def test_parse_scontrol_show_node():
     node = H.parse_node(ADMIN_LINE + "\n", "node2")
     assert (node.state, node.reason, node.reason_user, node.address) == ("IDLE+DRAIN", "bad DIMM, ticket 42", "root",
-                                                                         "10.89.5.12")
+                                                                         "10.89.151.12")
     idle = H.parse_node(ADMIN_LINE.replace("State=IDLE+DRAIN", "State=IDLE").split(" Reason=")[0], "node2")
     assert (idle.state, idle.reason, idle.drained) == ("IDLE", "", False)
 
@@ -142,7 +143,7 @@ def test_run_drains_and_resumes_with_scontrol(monkeypatch):
     monkeypatch.setattr(H, "_scontrol", fake)
     seen = []
     out = H.run(lambda node, addr: seen.append((node, addr)) or _doc(SHM), "node2")
-    assert seen == [("node2", "10.89.5.12")]
+    assert seen == [("node2", "10.89.151.12")]
     assert out["action"] == "drain" and out["applied"] and out["exit_code"] == 1
     assert fake.calls[-1] == ["scontrol", "update", "nodename=node2", "state=drain", "reason=" + H.format_reason([SHM])]
     fake.line = ADMIN_LINE.replace("bad DIMM, ticket 42", H.format_reason([SHM]))
