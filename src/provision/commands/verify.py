@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from typing import Any
 
 import click
@@ -170,7 +172,7 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 @click.option("--baseline", "baseline", metavar="FILE", default=None,
               help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
 @click.option("--timeout", default=None, type=float,
-              help="Give up after this many seconds [default: 300; 50 with --local: slurmd stops its HealthCheckProgram at 60 s].")
+              help="Give up after this many seconds [default: 300; 45 with --local: slurmd kills its HealthCheckProgram at 60 s].")
 @click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (README: provision verify --json).")
 @click.option("--list-checks", is_flag=True, help="List the check names and exit.")
 @click.option("--local", is_flag=True,
@@ -199,7 +201,7 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
     if local or slurm_drain:
         if inventory or limit or smoke or save_baseline:
             app.usage("--local checks this node only: no --inventory, --limit, --smoke or --save-baseline")
-        _local(app, checks, list(extra_vars), timeout or 50, slurm_drain, node_name)
+        _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name)
     timeout = timeout or 300
     with app.guard(), Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
         doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
@@ -227,6 +229,9 @@ def _local(app: Application, checks: tuple[str, ...], extra_vars: list[str], tim
             render(app, doc)
         app.done(doc["ok"])
     slurm_health.health_environment()
+    # slurmd stops its health check with SIGTERM at 60 s: exit through Python so that the playbook
+    # run is stopped with us (provision.ansible.run_playbook), not left behind
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         with app.guard():
             out = slurm_health.run(lambda node, addr: core.verify_local(node, address=addr, checks=checks,

@@ -151,15 +151,17 @@ def test_run_drains_and_resumes_with_scontrol(monkeypatch):
     assert out["action"] == "resume" and fake.calls[-1][-1] == "state=resume" and out["exit_code"] == 0
 
 
-def test_run_drains_a_node_whose_checks_hang(monkeypatch):
-    monkeypatch.setattr(H, "_scontrol", FakeSlurm("NodeName=node2 State=IDLE NodeAddr=10.0.0.2"))
+def test_checks_that_do_not_finish_change_nothing(monkeypatch):
+    """slow is not broken (a node busy with jobs): no drain without a cause, exit 2"""
+    fake = FakeSlurm("NodeName=node2 State=IDLE NodeAddr=10.0.0.2")
+    monkeypatch.setattr(H, "_scontrol", fake)
 
     def hang(node, addr):
-        raise TimeoutError("the checks did not finish within 60 s")
+        raise TimeoutError("the checks did not finish within 45 s")
 
-    out = H.run(hang, "node2", apply=False)
-    assert out["action"] == "drain" and out["reason"] == "provision: verify: the checks did not finish within 60 s"
-    assert not out["applied"]
+    with pytest.raises(H.SlurmError, match="did not finish within 45 s; node2 left as it is"):
+        H.run(hang, "node2")
+    assert [c[1] for c in fake.calls] == ["show"]
 
 
 def test_unknown_node_is_an_error(monkeypatch):
