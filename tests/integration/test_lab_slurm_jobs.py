@@ -8,8 +8,8 @@
   almost empty environment, SLURMD_NODENAME set): node2 drained with `provision: shm: ...` in
   `sinfo -R` while its /dev/shm is too small, back to idle once fixed, and an admin's drain left alone.
 
-node1 and node2 get a venv (torch for the job, provision for the health check) from the controller's
-wheels; node3 gets nothing (the salloc test only needs it in SLURM).
+node2 gets provision (the health check) and node1/node2 torch (the job, last: the slowest to set up)
+from the controller's wheels; node3 gets nothing (the salloc test only needs it in SLURM).
 """
 
 from __future__ import annotations
@@ -43,14 +43,18 @@ dist.destroy_process_group()
 """
 
 
-def _wheels(tmp: Path) -> Path:
-    """torch + numpy (cached, shared with test_launchers) and provision built from this checkout with its deps."""
+def _torch_wheels() -> None:
+    """torch + numpy for the nodes (cached, shared with test_launchers)."""
     if not list(TORCH_WHEELS.glob("torch-2.13.0*.whl")) or not list(TORCH_WHEELS.glob("numpy-*.whl")):
         TORCH_WHEELS.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
                                str(TORCH_WHEELS), "torch==2.13.0", "numpy"], capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             pytest.skip(f"cannot make a torch 2.13.0 wheelhouse: {proc.stderr[-300:]}")
+
+
+def _wheels(tmp: Path) -> Path:
+    """provision built from this checkout, with its dependencies."""
     out = tmp / "provision-wheels"
     out.mkdir()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)], check=True,
@@ -63,36 +67,49 @@ def _wheels(tmp: Path) -> Path:
     return out
 
 
-def _install(lab: str, node: int, wheels: Path) -> None:
-    container = f"{lab}-node{node}"
-    for src, dst in ((TORCH_WHEELS, "/tmp/wht"), (wheels, "/tmp/whp")):
-        subprocess.run(["podman", "cp", str(src), f"{container}:{dst}"], check=True, timeout=300)
-    # compiled (.pyc): the health check imports ansible on every run
+def _install(lab: str, node: int, src: Path, packages: str, compile_: str = "") -> None:
+    """pip install PACKAGES into the node's venv from the wheels in SRC, without compiling every .py
+    (torch's thousands of files cost minutes of CPU on the shared machine); COMPILE_: the packages
+    to compile (what the health check imports on every run)."""
+    tmp = f"/tmp/wh-{src.name}"
+    subprocess.run(["podman", "cp", str(src), f"{lab}-node{node}:{tmp}"], check=True, timeout=300)
+    site = f"{VENV}/lib/python3*/site-packages"
     node_exec(lab, node, f"test -x {VENV}/bin/python || python3 -m venv {VENV}; "
-                         f"{VENV}/bin/pip install -q --no-index --find-links /tmp/wht --find-links /tmp/whp "
-                         f"torch==2.13.0 numpy provision && rm -rf /tmp/wht /tmp/whp", timeout=900)
+                         f"{VENV}/bin/pip install -q --no-compile --no-index --find-links {tmp} {packages} && rm -rf {tmp}"
+                         + (f" && {VENV}/bin/python -m compileall -q " + " ".join(f"{site}/{c}" for c in compile_.split())
+                            + " >/dev/null" if compile_ else ""), timeout=1500)
 
 
 @pytest.fixture(scope="module")
 def slurm3(lab_factory, tmp_path_factory):
+    """The 3-node SLURM lab; provision (from this checkout) in a venv on node2, for the health check."""
     t0 = time.monotonic()
     lab = lab_factory(lab_name("slurm3"), nodes=3, options=["--slurm"])
     up = time.monotonic() - t0
     nodes = json.loads(lab_cmd("status", "--json", lab_name=lab.name).stdout)["nodes"]
-    wheels = _wheels(tmp_path_factory.mktemp("wheels"))
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda n: _install(lab.name, n, wheels), (1, 2)))
+    _install(lab.name, 2, _wheels(tmp_path_factory.mktemp("wheels")), "provision", "ansible provision")
     # what site.yml's ssh_mesh stage writes (/etc/hosts: names -> cluster addresses; gloo and c10d
     # need them) and node_runtime's soft nofile for login sessions; this module runs no other stage
     hosts = "".join(f"{n['address']} {n['name']}\n" for n in nodes)
     for n in (1, 2, 3):
-        node_exec(lab.name, n, f"grep -q ' node1$' /etc/hosts || printf '{hosts}' >> /etc/hosts")
-    for n in (1, 2):
-        node_exec(lab.name, n, f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF\n"
+        node_exec(lab.name, n, f"grep -q ' node1$' /etc/hosts || printf '{hosts}' >> /etc/hosts; "
                                "printf '* soft nofile 16384\\nroot soft nofile 16384\\n' > /etc/security/limits.d/90-provision.conf")
     lab.nodes = nodes
-    print(f"3-node SLURM lab up in {up:.0f} s, venvs on node1/node2 in {time.monotonic() - t0 - up:.0f} s")
+    print(f"3-node SLURM lab up in {up:.0f} s, provision on node2 in {time.monotonic() - t0 - up:.0f} s")
     yield lab
+
+
+@pytest.fixture(scope="module")
+def torch_nodes(slurm3):
+    """torch on node1 and node2 (the sbatch job's nodes), and the probe."""
+    _torch_wheels()
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda n: _install(slurm3.name, n, TORCH_WHEELS, "torch==2.13.0 numpy"), (1, 2)))
+    for n in (1, 2):
+        node_exec(slurm3.name, n, f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF")
+    print(f"torch on node1/node2 in {time.monotonic() - t0:.0f} s")
+    return slurm3
 
 
 def _sinfo(lab) -> dict[str, tuple[str, str]]:
@@ -116,30 +133,6 @@ vars:
   launchers_python: {VENV}/bin/python
 """)
     return path
-
-
-def test_rendered_sbatch_runs_the_two_node_job_through_srun(slurm3, tmp_path):
-    # the launchers stage for the two nodes the job runs on (the nodelist inventory, as inside an allocation)
-    inv = _nodelist_inventory(slurm3, tmp_path / "job.nodelist.yml", "plugin: provision.cluster.nodelist\nnodelist: node[1-2]\n")
-    res = run_playbook("playbooks/launchers.yml", lab_name=slurm3.name, inventory=inv, timeout=600)
-    assert res.rc == 0 and sorted(res.recap) == ["node1", "node2"], res
-    script = node_exec(slurm3.name, 1, f"cat {LAUNCH}/sbatch.sh").stdout
-    assert "#SBATCH --nodes=2\n" in script and "srun --kill-on-bad-exit=1" in script, script
-    t0 = time.monotonic()
-    # --wait: sbatch returns when the job ends, with its exit code; the job may not take more than 5 min
-    proc = node_exec(slurm3.name, 1, f"cd {LAUNCH} && timeout 420 sbatch --parsable --wait --time=5 "
-                                     f"--nodelist=node1,node2 sbatch.sh /tmp/probe.py", check=False, timeout=450)
-    took = time.monotonic() - t0
-    job = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else "?"
-    out = node_exec(slurm3.name, 1, f"cat {LAUNCH}/slurm-{job}.out", check=False).stdout
-    assert proc.returncode == 0, f"sbatch: {proc.stdout}{proc.stderr}\njob output:\n{out[-4000:]}"
-    seen = _probe_lines(out)
-    assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
-        ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], out[-4000:]
-    # one srun task per node (SLURM_PROCID 0 and 1), each a torchrun with one rank
-    assert sorted(p["slurm_procid"] for p in seen) == ["0", "1"], out[-4000:]
-    acct = node_exec(slurm3.name, 1, f"scontrol show job {job} -o", check=False).stdout
-    print(f"sbatch job {job}: 2 nodes, world size 2, {took:.1f} s from sbatch to its end; {acct[:200]}")
 
 
 def test_salloc_nodelist_inventory_verifies_exactly_the_allocated_nodes(slurm3, tmp_path):
@@ -236,3 +229,27 @@ def test_health_check_drains_a_broken_node_and_resumes_it_once_fixed(slurm3):
     finally:
         node_exec(name, 1, "scontrol update nodename=node2 state=resume", check=False)
 
+
+def test_rendered_sbatch_runs_the_two_node_job_through_srun(torch_nodes, tmp_path):
+    slurm3 = torch_nodes
+    # the launchers stage for the two nodes the job runs on (the nodelist inventory, as inside an allocation)
+    inv = _nodelist_inventory(slurm3, tmp_path / "job.nodelist.yml", "plugin: provision.cluster.nodelist\nnodelist: node[1-2]\n")
+    res = run_playbook("playbooks/launchers.yml", lab_name=slurm3.name, inventory=inv, timeout=600)
+    assert res.rc == 0 and sorted(res.recap) == ["node1", "node2"], res
+    script = node_exec(slurm3.name, 1, f"cat {LAUNCH}/sbatch.sh").stdout
+    assert "#SBATCH --nodes=2\n" in script and "srun --kill-on-bad-exit=1" in script, script
+    t0 = time.monotonic()
+    # --wait: sbatch returns when the job ends, with its exit code; the job may not take more than 5 min
+    proc = node_exec(slurm3.name, 1, f"cd {LAUNCH} && timeout 420 sbatch --parsable --wait --time=5 "
+                                     f"--nodelist=node1,node2 sbatch.sh /tmp/probe.py", check=False, timeout=450)
+    took = time.monotonic() - t0
+    job = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else "?"
+    out = node_exec(slurm3.name, 1, f"cat {LAUNCH}/slurm-{job}.out", check=False).stdout
+    assert proc.returncode == 0, f"sbatch: {proc.stdout}{proc.stderr}\njob output:\n{out[-4000:]}"
+    seen = _probe_lines(out)
+    assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
+        ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], out[-4000:]
+    # one srun task per node (SLURM_PROCID 0 and 1), each a torchrun with one rank
+    assert sorted(p["slurm_procid"] for p in seen) == ["0", "1"], out[-4000:]
+    acct = node_exec(slurm3.name, 1, f"scontrol show job {job} -o", check=False).stdout
+    print(f"sbatch job {job}: 2 nodes, world size 2, {took:.1f} s from sbatch to its end; {acct[:200]}")
