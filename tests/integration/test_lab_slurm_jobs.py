@@ -209,15 +209,19 @@ def test_health_check_drains_a_broken_node_and_resumes_it_once_fixed(slurm3):
         assert proc.returncode == 1, proc.stdout + proc.stderr
         state, reason = _sinfo(slurm3)["node2"]
         assert state == "drain" and reason.startswith("provision: shm: /dev/shm is 64 MiB, need >= 1 GiB"), (state, reason)
-        sinfo_r = node_exec(name, 1, "sinfo -R -h -o '%N|%U|%E'").stdout.strip()
+        sinfo_r = node_exec(name, 1, "sinfo -R -h -o '%N|%u|%E'").stdout.strip()  # %u: who set the reason
         assert sinfo_r.startswith("node2|root|provision: shm: /dev/shm is 64 MiB"), sinfo_r
         print(f"broken: drained in {took_drain:.1f} s; sinfo -R: {sinfo_r}")
     finally:
         _shm(slurm3, 2, "1g")
-    proc, took_resume = _healthcheck(slurm3, 2)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "resumed" in proc.stdout and _sinfo(slurm3)["node2"][0] == "idle", (proc.stdout, _sinfo(slurm3))
-    print(f"fixed: resumed in {took_resume:.1f} s; sinfo: {_sinfo(slurm3)['node2']}")
+    try:
+        proc, took_resume = _healthcheck(slurm3, 2)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "resumed" in proc.stdout and _sinfo(slurm3)["node2"][0] == "idle", (proc.stdout, _sinfo(slurm3))
+        print(f"fixed: resumed in {took_resume:.1f} s; sinfo: {_sinfo(slurm3)['node2']}")
+    finally:  # the sbatch test needs node2
+        node_exec(name, 1, "sinfo -h -n node2 -o %t | grep -q drain && scontrol update nodename=node2 state=resume",
+                  check=False)
 
     # an admin's drain is not ours: a healthy node stays drained with the admin's reason
     node_exec(name, 1, "scontrol update nodename=node2 state=drain reason='disk swap, ticket 7'")
