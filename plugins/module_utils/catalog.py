@@ -88,7 +88,7 @@ class Spec:
 
     def __init__(self, name, title, summary, module=None, args=None, phase=NODE, group=None, needs=(),
                  reuse=None, adjust=None, keep=None, when=None, stage=None, fix_names_stage=False, cluster=None,
-                 default=True):
+                 default=True, local=True):
         self.name = name            # the entry's id; --check NAME for the public ones
         self.title = title          # the check id of a result that carries no check of its own
         self.summary = summary      # --list-checks
@@ -105,6 +105,7 @@ class Spec:
         self.fix_names_stage = fix_names_stage  # a failing check's fix also names that stage's command
         self.cluster = cluster      # phase cluster: ClusterContext -> (records, extra fields of the document)
         self.default = default      # public: selected when no --check is given
+        self.local = local          # runs with the node alone (verify --local): no ssh to peers, no controller
 
     def records(self, node, result, ctx=None):
         """The Check records of one module result, named for this node."""
@@ -391,16 +392,16 @@ CATALOG = [
          module="provision.cluster.ssh_mesh_check", stage="ssh_mesh",
          args=lambda ctx: {"source": ctx.host, "user": ctx.user(), "nodes": ctx.hosts, "connect_timeout": 5,
                            "timeout": 30, "landing": True},
-         reuse=_reuse_final("ssh_mesh_result"), keep=_keep_mesh),
+         reuse=_reuse_final("ssh_mesh_result"), keep=_keep_mesh, local=False),
     Spec("pdsh", "pdsh", "pdsh present and reaching every node", module="provision.cluster.pdsh_config", stage="pdsh",
          args=lambda ctx: {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
                            "connect_timeout": 10, "command_timeout": 30, "node": ctx.host},
-         reuse=_reuse_pdsh),
+         reuse=_reuse_pdsh, local=False),
     Spec("env", "env block", "the ~/.bashrc env block seen by non-interactive ssh", module="provision.cluster.shell_env_check",
          stage="shell_env",
          args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host, "timeout": 10},
                                **({"bashrc": ctx.var("shell_env_bashrc")} if ctx.var("shell_env_bashrc") else {})),
-         reuse=_reuse_env, keep=_keep_env),
+         reuse=_reuse_env, keep=_keep_env, local=False),
     Spec("gcc", "gcc", "GCC >= gcc_toolchain_min_version", module="provision.cluster.gcc_facts", stage="gcc_toolchain",
          args=lambda ctx: {"min_version": str(ctx.var("gcc_toolchain_min_version")), "node": ctx.host},
          reuse=_reuse_gcc),
@@ -425,13 +426,13 @@ CATALOG = [
     Spec("nccl_in_effect", "nccl_net", "the NCCL interface the env block exports reaches every peer",
          module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(_env_ifname), group="nccl",
          needs=("env", "nccl"),
-         when=_in_effect_differs, adjust=_adjust_in_effect, default=False),
+         when=_in_effect_differs, adjust=_adjust_in_effect, default=False, local=False),
     Spec("runtime", "node runtime", "/dev/shm, memlock, nofile, ssh lands on the right node",
          module="provision.cluster.node_runtime", stage="node_runtime", args=_runtime_args,
          reuse=_reuse_checks("node_runtime_result"), keep=_keep_runtime),
     Spec("landing", "landing", "ssh <name> from every node lands in that node", module="provision.cluster.ssh_landing",
          stage="node_runtime",
-         phase=PEERS, group="runtime", needs=("runtime",), reuse=_reuse_landing, default=False),
+         phase=PEERS, group="runtime", needs=("runtime",), reuse=_reuse_landing, default=False, local=False),
     Spec("compare", "versions equal", "versions equal on every node", phase=CLUSTER, group="versions", stage="python_env",
          needs=("versions",), cluster=_cluster_compare, default=False),
     Spec("gpu_health", "gpu health",
@@ -458,13 +459,17 @@ CATALOG = [
          "NVIDIA driver, CUDA, NCCL, RDMA firmware", phase=CLUSTER, needs=("nccl", "gpu", "versions"),
          cluster=_cluster_consistency),
     Spec("smoke", "allreduce", "all-reduce smoke test across all nodes (only with --smoke)", phase=SMOKE,
-         stage="allreduce_smoke", default=False),
+         stage="allreduce_smoke", default=False, local=False),
 ]
 
 BY_NAME = {s.name: s for s in CATALOG}
 # the names users pick (--check, --list-checks), in table order
 PUBLIC = [s.name for s in CATALOG if s.default] + ["smoke"]
 ALWAYS = ("reach",)
+# `provision verify --local` (SLURM's health check) without --check: what this node alone can prove,
+# read-only and in seconds, without ssh to its peers (the rendezvous port is left out: a running job
+# holds it)
+LOCAL_DEFAULT = ("runtime", "nccl", "gpu", "gpu_health", "fabric")
 
 
 class UnknownCheck(ValueError):
@@ -494,9 +499,9 @@ def reported(selected):
     return [s.name for s in CATALOG if s.group in set(selected)]
 
 
-def expand(selected, running=None):
+def expand(selected, running=None, local=False):
     """The entries to run for these public names: the reported ones and what they need (inside site.yml,
-    running: only those of the stages this run executes)."""
+    running: only those of the stages this run executes; local: only those that run on the node alone)."""
     names = set(reported(selected))
     todo = list(names)
     while todo:
@@ -505,7 +510,7 @@ def expand(selected, running=None):
                 names.add(need)
                 todo.append(need)
     return [s.name for s in CATALOG if s.name in names
-            and (running is None or s.stage is None or s.stage in running)]
+            and (running is None or s.stage is None or s.stage in running) and (s.local or not local)]
 
 
 def describe():

@@ -137,4 +137,5 @@ def selection(names, smoke, in_site, task_vars):
     if in_site:
         running = running_stages("all", task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         selected = K.in_stages(selected, running)
-    return selected, K.expand(selected, running)
+    local = str(task_vars.get("verify_local", False)).lower() in ("1", "true", "yes", "on")
+    return selected, K.expand(selected, running, local=local)

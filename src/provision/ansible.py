@@ -222,6 +222,9 @@ def run_playbook(argv: list[str], env: dict[str, str], *, timeout: float,
                 if on_event:
                     on_event(event)
             run.rc = proc.wait()
+        except BaseException:
+            kill()  # interrupted (SIGTERM from slurmd, Ctrl-C): no ansible-playbook is left behind
+            raise
         finally:
             timer.cancel()
         err.seek(0)

@@ -9,6 +9,8 @@ only picks the checks, runs ansible-playbook, follows its progress and adds what
 from __future__ import annotations
 
 import json
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -93,4 +95,51 @@ def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), l
     doc = dict(run.report)
     head = {"schema": doc.pop("schema", 1), "ok": doc.pop("ok", False), "inventory": inventory or "",
             "limit": limit, "selected": doc.pop("selected", selected), "duration_s": round(run.duration_s, 2)}
+    return {**head, **doc}
+
+
+# ---------------------------------------------------------------- --local: this node only
+
+def select_local(names: tuple[str, ...] | list[str]) -> list[str]:
+    """The checks of --local (the catalog's node-local defaults when none is named); VerifyError for
+    a check that needs other nodes or the controller (mesh, pdsh, env, smoke)."""
+    cat = catalog()
+    wanted = list(names) or list(cat.LOCAL_DEFAULT)
+    not_local = [n for n in wanted if n in cat.BY_NAME and not cat.BY_NAME[n].local]
+    if not_local:
+        raise VerifyError(f"--local runs the checks of this node only; {', '.join(not_local)} need(s) other nodes "
+                          f"or the controller (local checks: {', '.join(n for n in cat.PUBLIC if cat.BY_NAME[n].local)})")
+    return select_checks(wanted, False)
+
+
+def local_inventory(node: str, address: str | None = None, python: str | None = None) -> str:
+    """A one-host inventory (YAML) for this node, reached with Ansible's local connection."""
+    host = {"ansible_connection": "local", "ansible_python_interpreter": python or sys.executable,
+            "cluster_address": address or node}
+    return json.dumps({"cluster": {"hosts": {node: host}}}, indent=1) + "\n"
+
+
+def verify_local(node: str, *, address: str | None = None, checks: tuple[str, ...] | list[str] = (),
+                 extra_vars: list[str] | None = None, timeout: float = 60,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Check the node this runs on, as NODE (its name in the cluster), with the same playbook, catalog
+    and modules as `verify`, over Ansible's local connection: no controller, no inventory of the
+    other nodes. Limits are measured through a login session (runuser -l, what pam_limits gives),
+    not over ssh; facts are not cached."""
+    selected = select_local(checks)
+    own = {"verify_local": True, "node_runtime_limits_source": "login"}
+    with tempfile.TemporaryDirectory(prefix="provision-local-") as tmp:
+        inv = Path(tmp) / "local.yml"
+        inv.write_text(local_inventory(node, address))
+        argv, env = build_command(str(inv), checks=selected, extra_vars=[json.dumps(own)] + list(extra_vars or []))
+        env.update({"ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_LOCAL_TEMP": str(Path(tmp) / "local"),
+                    "ANSIBLE_REMOTE_TEMP": str(Path(tmp) / "remote")})
+        run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True)
+    if run.timed_out:
+        raise TimeoutError(f"the checks did not finish within {timeout:.0f} s (ansible-playbook was stopped)")
+    if not isinstance(run.report, dict):
+        raise VerifyError(f"verify --local on {node}: {ansible.error_line(run.stderr)}")
+    doc = dict(run.report)
+    head = {"schema": doc.pop("schema", 1), "ok": doc.pop("ok", False), "inventory": "local", "limit": None,
+            "selected": doc.pop("selected", selected), "duration_s": round(run.duration_s, 2), "local": node}
     return {**head, **doc}

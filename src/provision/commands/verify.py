@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from typing import Any
 
 import click
@@ -169,24 +171,38 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
                    "--smoke runs are compared with.")
 @click.option("--baseline", "baseline", metavar="FILE", default=None,
               help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
-@click.option("--timeout", default=300, show_default=True, type=float, help="Give up after this many seconds.")
+@click.option("--timeout", default=None, type=float,
+              help="Give up after this many seconds [default: 300; 45 with --local: slurmd kills its HealthCheckProgram at 60 s].")
 @click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (README: provision verify --json).")
 @click.option("--list-checks", is_flag=True, help="List the check names and exit.")
+@click.option("--local", is_flag=True,
+              help="Check only the node this runs on (Ansible's local connection, no inventory, no controller); "
+                   "the node-local checks by default.")
+@click.option("--slurm-drain", is_flag=True,
+              help="With --local (implied): SLURM's health check. Drain this node when a check fails (reason "
+                   "'provision: <check>: <cause>'), resume it when all pass and the drain was ours (README).")
+@click.option("--node-name", metavar="NAME", help="This node's name [default: $SLURMD_NODENAME, else the short hostname].")
 def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool,
             extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
-            list_checks: bool) -> None:
+            list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None) -> None:
     """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
 
     \b
     provision verify -i inventory/lab/
     provision verify -i inventory/lab/ --check mesh --check env --limit node1,node2
     provision verify -i hosts.ini --smoke --json > verify.json
+    provision verify --local --slurm-drain       # as slurmd's HealthCheckProgram (README)
     """
     app = term = Application(json_mode=json_mode)
     if list_checks:
         for name, desc in core.checks().items():
             term.info(f"{name:10} {desc}")
         return
+    if local or slurm_drain:
+        if inventory or limit or smoke or save_baseline:
+            app.usage("--local checks this node only: no --inventory, --limit, --smoke or --save-baseline")
+        _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name)
+    timeout = timeout or 300
     with app.guard(), Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
         doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
                           extra_vars=list(extra_vars), timeout=timeout, on_event=progress, baseline=baseline,
@@ -196,3 +212,39 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
     else:
         render(app, doc)
     app.done(doc["ok"])
+
+
+def _local(app: Application, checks: tuple[str, ...], extra_vars: list[str], timeout: float, drain: bool,
+           node_name: str | None) -> None:
+    """--local: this node's checks; --slurm-drain: and drain/resume it (provision.slurm_health)."""
+    from provision import slurm_health
+
+    if not drain:
+        with app.guard():
+            doc = core.verify_local(slurm_health.node_name(node_name), checks=checks, extra_vars=extra_vars,
+                                    timeout=timeout)
+        if app.json_mode:
+            app.emit_json(doc)
+        else:
+            render(app, doc)
+        app.done(doc["ok"])
+    slurm_health.health_environment()
+    # slurmd stops its health check with SIGTERM at 60 s: exit through Python so that the playbook
+    # run is stopped with us (provision.ansible.run_playbook), not left behind
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        with app.guard():
+            out = slurm_health.run(lambda node, addr: core.verify_local(node, address=addr, checks=checks,
+                                                                        extra_vars=extra_vars, timeout=timeout),
+                                   node_name)
+    except slurm_health.SlurmError as exc:
+        app.abort(f"verify --slurm-drain: {exc}", code=slurm_health.EXIT_ERROR)
+    if app.json_mode:
+        app.emit_json(out)
+    else:
+        for c in out["failures"]:
+            app.out.print(f"FAIL {out['node']}: {c['check']}: {c['detail']}", markup=False)
+        done = {"drain": "drained", "resume": "resumed", "nothing": "unchanged"}[out["action"]]
+        app.out.print(f"{out['node']}: {done} ({out['why']})" + (f"; reason: {out['reason']}" if out["action"] == "drain"
+                                                                   else ""), markup=False)
+    raise SystemExit(out["exit_code"])
