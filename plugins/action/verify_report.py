@@ -150,4 +150,3 @@ class ActionModule(ActionBase):
         if _bool(args.get("stats", True)):
             result["ansible_stats"] = {"data": {"provision_verify": doc}, "per_host": False, "aggregate": False}
         return result
-

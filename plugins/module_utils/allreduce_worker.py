@@ -160,7 +160,7 @@ def _gpu_count(env):
     if env.get("CUDA_VISIBLE_DEVICES") == "":
         return 0
     try:
-        return len([d for d in os.listdir("/proc/driver/nvidia/gpus")])
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         return 0
 

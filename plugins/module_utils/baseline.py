@@ -90,7 +90,7 @@ def comparable(baseline, result):
     old, new = baseline.get("context") or {}, context(result.get("fingerprint_inputs"))
     if set((old.get("nodes") or {})) != set(new.get("nodes") or {}):
         return False, ["the node set: %s then, %s now" % (",".join(sorted(old.get("nodes") or {})),
-                                                         ",".join(sorted(new.get("nodes") or {})))]
+                                                          ",".join(sorted(new.get("nodes") or {})))]
     diff = _differences(old, new)
     return (not diff), diff
 
@@ -111,7 +111,7 @@ def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE):
     if slow:
         out.append({"check": "allreduce baseline", "status": "fail", "node": master,
                     "detail": "busbw below the baseline of %s (tolerance %.0f%%): %s" % (when, 100 * tolerance,
-                                                                                        "; ".join(slow)),
+                                                                                         "; ".join(slow)),
                     "fix": "find the slow node or link (the pair search below, the fabric/GPU checks); if the "
                            "cluster changed on purpose, save a new baseline (provision verify --smoke --save-baseline)"})
     old_links = {(lk["src"], lk["dst"]): lk["gbps"] for lk in baseline.get("links") or []}

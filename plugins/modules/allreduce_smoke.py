@@ -26,7 +26,7 @@ description:
     private to the user the module runs as; in check mode it starts, waits for and kills nothing and
     writes nothing (C(started) and C(finished) are skipped, C(report) writes no file).
 version_added: "0.1.0"
-author: provision contributors
+author: provision developers (!UNKNOWN)
 options:
   state:
     description: Which step to run.

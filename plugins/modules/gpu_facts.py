@@ -18,7 +18,7 @@ description:
     when a toolkit is found, and an empty one otherwise.
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   cuda_version:
     description:

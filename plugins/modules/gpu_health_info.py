@@ -21,7 +21,7 @@ description:
     generation is a C(skip) saying so. The width is always judged.
   - Never writes anything. Every command has a timeout. Thresholds and sources are in docs/health-checks.md.
 version_added: "0.2.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   node:
     description: Name put in every record (the inventory hostname); empty leaves it to the caller.

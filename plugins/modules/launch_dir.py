@@ -33,7 +33,7 @@ options:
       - Name of a fact to set to the expanded directory (the launchers role sets C(launchers_path)),
         so that no extra task is needed to record it.
     type: str
-author: provision developers
+author: provision developers (!UNKNOWN)
 extends_documentation_fragment: [provision.cluster.attributes]
 attributes:
   check_mode:

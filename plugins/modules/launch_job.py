@@ -52,7 +52,7 @@ options:
     description: Seconds between SIGTERM and SIGKILL (C(state=stopped)).
     type: float
     default: 5
-author: provision developers
+author: provision developers (!UNKNOWN)
 extends_documentation_fragment: [provision.cluster.attributes]
 attributes:
   check_mode:

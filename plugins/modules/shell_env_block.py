@@ -20,7 +20,7 @@ description:
   - Also keeps C(~/.deepspeed_env) (C(NAME=value) lines, which DeepSpeed's runner exports to every
     node). It sets O(deepspeed_vars), removes the ones it wrote last time and no longer manages, and keeps the user's.
 version_added: 1.0.0
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   user:
     description: The user whose files are managed (owner of new files; home from the password database).

@@ -23,7 +23,7 @@ description:
   - Run on the controller with only O(known_hosts_path) it records the nodes' host keys there.
   - Never sets StrictHostKeyChecking or any other host key override.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   nodes:
     description:

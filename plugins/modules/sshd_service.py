@@ -24,7 +24,7 @@ description:
     distributions where C(ssh.socket) starts sshd, runs C(daemon-reload) and restarts the socket.
   - Waits at most O(timeout) seconds for sshd to listen on every port.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   ports:
     description: The ports sshd must listen on (they must be in O(content) as C(Port) lines).
@@ -104,7 +104,7 @@ action:
   returned: always
   type: str
   sample: none
-reason: {description: Why, in one line., returned: always, type: str, sample: configuration changed}
+reason: {description: "Why, in one line.", returned: always, type: str, sample: configuration changed}
 pids: {description: Pids of the sshd listening on the ports afterwards., returned: always, type: list, elements: int}
 host_keys_generated: {description: C(ssh-keygen -A) ran., returned: always, type: bool}
 config_changed: {description: The drop-in was (or would be) rewritten., returned: always, type: bool}
