@@ -2,7 +2,8 @@
 # Lay out the collection as users get it, for ansible-test: build the tarball with
 # `ansible-galaxy collection build` (galaxy.yml's build_ignore decides what is in it), unpack it
 # into DIR/ansible_collections/provision/cluster (ansible-test must run inside such a path), and
-# add galaxy.yml and tests/sanity/ (the ignore files), which ansible-test reads. Prints that path.
+# add galaxy.yml, tests/config.yml and tests/sanity/ (the ignore files), which ansible-test reads.
+# Prints that path.
 # Usage: scripts/collection_tree.sh [DIR]   (ANSIBLE_GALAXY=... picks the ansible-galaxy to use)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,5 +16,7 @@ mkdir -p "$dest" "$base/build"
 tar -xzf "$base"/build/provision-cluster-*.tar.gz -C "$dest"
 rm -f "$dest/MANIFEST.json" "$dest/FILES.json"
 cp "$repo/galaxy.yml" "$dest/"
-if [ -d "$repo/tests/sanity" ]; then mkdir -p "$dest/tests" && cp -r "$repo/tests/sanity" "$dest/tests/"; fi
+mkdir -p "$dest/tests"
+cp "$repo/tests/config.yml" "$dest/tests/"
+cp -r "$repo/tests/sanity" "$dest/tests/"
 echo "$dest"
