@@ -81,12 +81,12 @@ def parse_nccl_log(text: str) -> dict:
                 info["ib_found"] = True
                 info["ib_devices"] = devices
         elif msg.startswith("NET/Socket : Using"):
-            info["net_interfaces"] = [name for name, _ in _IFACES.findall(msg)]
+            info["net_interfaces"] = [name for name, _unused in _IFACES.findall(msg)]
         elif " set by environment to " in msg:
-            key, _, value = msg.partition(" set by environment to ")
+            key, _unused, value = msg.partition(" set by environment to ")
             info["env"][key.strip()] = value.strip()
         elif msg.startswith("NCCL_") and " set to " in msg:
-            key, _, value = msg.partition(" set to ")
+            key, _unused, value = msg.partition(" set to ")
             info["env"][key.strip()] = value.strip()
         elif " via " in msg and "Channel" in msg:
             transports.add(msg.rsplit(" via ", 1)[1].split()[0])

@@ -76,7 +76,7 @@ def make(result, saved_at=None, old=None):
             for b in sorted({b for s in samples for b in s["rows"]}, key=int)]
     links = []
     for key in sorted({k for s in samples for k in s["links"]}):
-        src, _, dst = key.partition(">")
+        src, _unused, dst = key.partition(">")
         links.append({"src": src, "dst": dst, "gbps": _median([s["links"].get(key) for s in samples])})
     return {"schema": SCHEMA, "saved_at": now, "context": context(result.get("fingerprint_inputs")),
             "samples": samples, "rows": rows, "links": links,

@@ -154,7 +154,7 @@ def parse_environ(data):
     env = {}
     for item in data.split(sep):
         if "=" in item:
-            key, _, value = item.partition("=")
+            key, _unused, value = item.partition("=")
             env[key] = value
     return env
 

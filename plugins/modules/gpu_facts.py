@@ -229,7 +229,7 @@ def collect(module):
     nvcc = next((os.path.join(d, "nvcc") for d in nvcc_dirs[:1] if os.access(os.path.join(d, "nvcc"), os.X_OK)), None)
     nvcc = nvcc or module.get_bin_path("nvcc", opt_dirs=nvcc_dirs)
     if nvcc:
-        rc, out, _ = _run([nvcc, "--version"], p["timeout"])
+        rc, out, _unused = _run([nvcc, "--version"], p["timeout"])
         parsed = G.parse_nvcc_version(out) if rc == 0 else None
         if parsed:
             facts["nvcc"] = dict(parsed, path=nvcc)

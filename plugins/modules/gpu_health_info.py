@@ -176,6 +176,7 @@ from ansible_collections.provision.cluster.plugins.module_utils import checks as
 from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts
 from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
+from ansible_collections.provision.cluster.plugins.module_utils.spawn import start_process
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/usr/sbin", "/sbin", "/bin"]
 MAX_LOAD_SECONDS = 60
@@ -226,7 +227,7 @@ def read_kernel_log(module, root, timeout):
 def run_load(argv, seconds):
     """Start the load command; return the process (None when it could not start)."""
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        proc = start_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None

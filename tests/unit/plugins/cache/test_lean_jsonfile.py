@@ -10,10 +10,17 @@ import json
 import subprocess
 
 import helpers
-from ansible._internal._datatag._tags import Origin, TrustedAsTemplate
-from ansible._internal._json._profiles import _cache_persistence
-from ansible.module_utils._internal._datatag import AnsibleTagHelper
+import pytest
 from ansible_collections.provision.cluster.plugins.cache import lean_jsonfile
+
+try:  # ansible-core >= 2.19: tagged values (before it, the cache holds plain JSON and the plugin is jsonfile)
+    from ansible._internal._datatag._tags import Origin, TrustedAsTemplate
+    from ansible._internal._json._profiles import _cache_persistence
+    from ansible.module_utils._internal._datatag import AnsibleTagHelper
+except ImportError:
+    Origin = None
+
+tagged = pytest.mark.skipif(Origin is None, reason="ansible-core < 2.19 tags no values: nothing to strip")
 
 SET = """\
 - hosts: all
@@ -69,6 +76,7 @@ def _decode(entry):
     return json.loads(entry[lean_jsonfile.PAYLOAD_KEY], cls=_cache_persistence.Decoder)
 
 
+@tagged
 def test_only_origin_tags_are_dropped():
     trusted = TrustedAsTemplate().tag(Origin(path="/x.yml", line_num=3).tag("{{ foo }}"))
     placed = Origin(path="/y.yml", line_num=1).tag("plain")
