@@ -92,6 +92,11 @@ def make_venv(version: str, base: Path, log: Path) -> tuple[Path, str]:
         # after the venv's own packages: the test tools and the provision package of the checkout
         Path(purelib, "zz_provision_matrix.pth").write_text(f"{main_site_packages()}\n{REPO / 'src'}\n")
         stamp.write_text(want + "\n")
+    # the CLI the tests run (`provision ...`), with this venv's python, so with its ansible-core
+    script = venv / "bin" / "provision"
+    if not script.exists():
+        script.write_text(f"#!{py}\nimport sys\nfrom provision.cli import main\nsys.exit(main())\n")
+        script.chmod(0o755)
     exact = subprocess.run([str(py), "-c", "import ansible.release as r; print(r.__version__)"],
                            capture_output=True, text=True, check=True).stdout.strip()
     return venv, exact

@@ -251,7 +251,7 @@ def start(module, p):
             "allreduce_smoke", p["python"], worker, "supervise", os.path.join(run_dir, "config.json")]
     with open(os.path.join(run_dir, "supervisor.log"), "wb") as log:
         proc = start_process(argv, env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=log, start_new_session=True, close_fds=True)
+                             stderr=log, start_new_session=True, close_fds=True)
     with open(os.path.join(run_root, "current.pid"), "w", encoding="ascii") as fh:
         fh.write(f"{proc.pid}\n")
     module.exit_json(changed=False, run_dir=run_dir, pid=proc.pid, stale_killed=stale)

@@ -228,7 +228,7 @@ def run_load(argv, seconds):
     """Start the load command; return the process (None when it could not start)."""
     try:
         proc = start_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+                             stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None
     deadline = time.monotonic() + max(0, min(seconds, MAX_LOAD_SECONDS))

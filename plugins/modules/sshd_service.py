@@ -250,7 +250,7 @@ class Sshd:
         # process group of the podman exec / ssh session that runs this module.
         with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
             proc = start_process([self.sshd, "-f", self.p["main_config"]], stdin=null_in, stdout=null_out,
-                                    stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
+                                 stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
             try:
                 _unused, err = proc.communicate(timeout=self.p["timeout"])
             except subprocess.TimeoutExpired:

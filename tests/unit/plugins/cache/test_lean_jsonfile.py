@@ -59,7 +59,7 @@ def test_cached_facts_come_back_without_positions(tmp_path):
     cache = tmp_path / "cache"
     _play(tmp_path, SET, cache)
     files = list(cache.iterdir())
-    assert [f.name for f in files] == ["s1_h1"]
+    assert [f.name for f in files] in (["s1_h1"], ["h1"])  # the file name of ansible-core >= 2.19, of 2.16-2.18
     stored = files[0].read_text()
     assert "Origin" not in stored and "line_num" not in stored
     out = _play(tmp_path, GET, cache)
