@@ -41,3 +41,20 @@ def test_installed_collections_are_the_pinned_ones():
     if not found:
         pytest.skip("no collections in ~/.ansible/collections (run scripts/setup.sh)")
     assert found == {n: v for n, v in _pins().items() if n in found}
+
+
+def test_claimed_ansible_core_range_is_the_tested_one():
+    """meta/runtime.yml and pyproject claim exactly the ansible-core minors the version matrix runs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("version_matrix", REPO / "scripts" / "version_matrix.py")
+    matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matrix)
+    versions = matrix.DEFAULT_VERSIONS
+    low = versions[0]
+    major, minor = versions[-1].split(".")
+    high = f"{major}.{int(minor) + 1}"
+    assert [f"2.{m}" for m in range(int(low.split('.')[1]), int(minor) + 1)] == versions
+    runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())
+    assert runtime["requires_ansible"] == f">={low}.0,<{high}.0"
+    assert f'"ansible-core>={low},<{high}"' in (REPO / "pyproject.toml").read_text()
