@@ -65,6 +65,7 @@ def test_cached_facts_come_back_without_positions(tmp_path):
     out = _play(tmp_path, GET, cache)
     line = next(ln for ln in out.splitlines() if "LEAN " in ln)
     got = json.loads(json.loads("{%s}" % line.strip().rstrip(","))["msg"][len("LEAN "):])
+    got["nested"]["rank"] = int(got["nested"]["rank"])  # "3" before ansible-core 2.19 (no native types inside a dict)
     assert got == {"plain": "node1", "nested": {"env": {"NCCL_SOCKET_IFNAME": "eth1"}, "ports": [29500, 2222], "rank": 3}}
 
 
