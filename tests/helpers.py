@@ -61,8 +61,6 @@ def run_module(name: str, args: dict, env: dict[str, str] | None = None) -> dict
     import locale
     from unittest import mock
 
-    from ansible.module_utils.testing import patch_module_args
-
     module = importlib.import_module(f"ansible_collections.provision.cluster.plugins.modules.{name}")
     out = io.StringIO()
     saved = locale.setlocale(locale.LC_ALL)  # AnsibleModule sets the locale from the environment
@@ -75,6 +73,23 @@ def run_module(name: str, args: dict, env: dict[str, str] | None = None) -> dict
         finally:
             locale.setlocale(locale.LC_ALL, saved)
     return json.loads(out.getvalue())
+
+
+try:
+    from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19
+except ImportError:  # 2.16-2.18: AnsibleModule reads its arguments from basic._ANSIBLE_ARGS
+    import contextlib as _contextlib
+
+    @_contextlib.contextmanager
+    def patch_module_args(args=None):
+        from ansible.module_utils import basic
+
+        saved = basic._ANSIBLE_ARGS
+        basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": dict(args or {})}).encode()
+        try:
+            yield
+        finally:
+            basic._ANSIBLE_ARGS = saved
 
 
 _RECAP = re.compile(r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"

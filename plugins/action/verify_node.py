@@ -122,4 +122,3 @@ class ActionModule(ActionBase):
         args = {"node": ctx.host, "user": ctx.user(), "peers": peers, "names": names, "timeout": 10,
                 "reports": reports}
         return run_modules(self, [("landing", "provision.cluster.ssh_landing", args)], task_vars)["landing"]
-

@@ -51,9 +51,9 @@ def _recorded_keys(var, host, conn):
 
 def _inventory_problem(line, order):
     """'node2: address ... is also used by node1; fix: ...' -> (node2, failed check `inventory`)."""
-    head, _, rest = line.partition(": ")
+    head, _unused, rest = line.partition(": ")
     node = head if head in order else (order[0] if order else head)
-    detail, _, fix = (rest if head in order else line).partition("; fix: ")
+    detail, _unused, fix = (rest if head in order else line).partition("; fix: ")
     return node, C.failed("inventory", detail, fix, node=node)
 
 
@@ -171,4 +171,3 @@ class ActionModule(ActionBase):
         if _bool(args.get("stats", True)):
             result["ansible_stats"] = {"data": {"provision_verify": doc}, "per_host": False, "aggregate": False}
         return result
-

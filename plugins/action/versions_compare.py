@@ -19,8 +19,8 @@ class ActionModule(ActionBase):
         args = self._task.args
         versions, order = args.get("versions"), args.get("order") or []
         if not isinstance(versions, dict) or not isinstance(order, list):
-            return dict(result, failed=True, msg="versions_compare: versions must be a dict {node: python_env_versions}, "
-                                                  "order a list of node names")
+            return dict(result, failed=True,
+                        msg="versions_compare: versions must be a dict {node: python_env_versions}, order a list of node names")
         fail = args.get("fail", True)
         fail = fail if isinstance(fail, bool) else str(fail).lower() in ("1", "true", "yes", "on")
         out, msg = compare_outcome(versions, [str(n) for n in order], fail)

@@ -21,7 +21,7 @@ description:
   - Entries the builtin jsonfile plugin wrote (the same file names and format) are read too, and
     lose their positions when read.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   _uri:
     required: true

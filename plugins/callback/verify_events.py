@@ -16,7 +16,7 @@ description:
     C(ansible.builtin.set_stats), so the CLI never parses human output.
   - Warnings and errors still go to stderr through Ansible's display.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 """
 
 import json

@@ -184,8 +184,8 @@ def allreduce_smoke_unreachable(nodes, reachable):
 def allreduce_smoke_lines(result):
     """The result as table lines and failure lines (after the bad-node search changed it)."""
     result = _plain(result)
-    return {"lines": table_lines(result), "failure_lines": ["%s -- fix: %s" % (f["detail"], f["fix"])
-                                                             for f in result.get("failures") or []], "result": result}
+    failure_lines = ["%s -- fix: %s" % (f["detail"], f["fix"]) for f in result.get("failures") or []]
+    return {"lines": table_lines(result), "failure_lines": failure_lines, "result": result}
 
 
 class FilterModule:

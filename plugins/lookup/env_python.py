@@ -12,7 +12,7 @@ description:
     role's own defaults. Other roles (allreduce_smoke, launchers) and C(provision verify) use it, so
     the environment's location is written only in the python_env role.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options: {}
 """
 

@@ -13,7 +13,7 @@ description:
     the node. Playbooks that use a role's setting without running the role (C(playbooks/launch.yml),
     C(provision verify)) read it this way instead of restating the default.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   _terms:
     description: Variable names.

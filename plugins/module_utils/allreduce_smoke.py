@@ -21,6 +21,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.diagnose import 
 from ansible_collections.provision.cluster.plugins.module_utils.bandwidth import DEFAULT_MIN_FRACTION, judge
 from ansible_collections.provision.cluster.plugins.module_utils.sizes import human
 
+
 def bandwidth(nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:
     """(algbw, busbw) in GB/s for an all-reduce of `nbytes` taking `seconds` over `ranks` ranks."""
     if seconds <= 0:
@@ -80,12 +81,12 @@ def parse_nccl_log(text: str) -> dict:
                 info["ib_found"] = True
                 info["ib_devices"] = devices
         elif msg.startswith("NET/Socket : Using"):
-            info["net_interfaces"] = [name for name, _ in _IFACES.findall(msg)]
+            info["net_interfaces"] = [name for name, _unused in _IFACES.findall(msg)]
         elif " set by environment to " in msg:
-            key, _, value = msg.partition(" set by environment to ")
+            key, _unused, value = msg.partition(" set by environment to ")
             info["env"][key.strip()] = value.strip()
         elif msg.startswith("NCCL_") and " set to " in msg:
-            key, _, value = msg.partition(" set to ")
+            key, _unused, value = msg.partition(" set to ")
             info["env"][key.strip()] = value.strip()
         elif " via " in msg and "Channel" in msg:
             transports.add(msg.rsplit(" via ", 1)[1].split()[0])
@@ -213,7 +214,7 @@ def summarize(hosts: list[dict], *, master_addr: str, master_port: int, holder: 
             algbw, busbw = bandwidth(entry["bytes"], entry["time_s"], world)
             rows.append({"bytes": entry["bytes"], "time_us": round(entry["time_s"] * 1e6, 1),
                          "algbw": round(algbw, 3), "busbw": round(busbw, 3)})
-    tcp = [p for p in (first.get("tcp") or [])] if first else []
+    tcp = list(first.get("tcp") or []) if first else []
     tcp_gbps = min((p["gbps"] for p in tcp if p.get("gbps")), default=None)
     big = [row for row in rows if row["bytes"] >= ratio_min_bytes] or rows[-1:]
     busbw_big = max((row["busbw"] for row in big), default=None)

@@ -63,7 +63,7 @@ def interface_of(address):
     import fcntl
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        for _, name in socket.if_nameindex():
+        for _unused, name in socket.if_nameindex():
             try:
                 raw = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
             except OSError:
@@ -160,7 +160,7 @@ def _gpu_count(env):
     if env.get("CUDA_VISIBLE_DEVICES") == "":
         return 0
     try:
-        return len([d for d in os.listdir("/proc/driver/nvidia/gpus")])
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         return 0
 
@@ -317,12 +317,12 @@ def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_ra
         n_warm = max(0, min(warmup, affordable - 1))
         n_iter = max(1, min(iters, affordable))
         t.zero_()
-        for _ in range(n_warm):
+        for _i in range(n_warm):
             allreduce(t)
         sync()
         dist.barrier()
         t1 = time.perf_counter()
-        for _ in range(n_iter):
+        for _i in range(n_iter):
             allreduce(t)
         sync()
         dt = (time.perf_counter() - t1) / n_iter
@@ -418,7 +418,7 @@ def _listen(store, key, seconds, address):
 
 def _receive(srv, seconds):
     """Accept one sender on srv and read until it closes: bytes, seconds and GB/s."""
-    conn, _ = srv.accept()
+    conn, _unused = srv.accept()
     conn.settimeout(seconds + 30)
     buf = bytearray(PROBE_BUF)
     view = memoryview(buf)
@@ -465,4 +465,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1:]))

@@ -76,7 +76,7 @@ def make(result, saved_at=None, old=None):
             for b in sorted({b for s in samples for b in s["rows"]}, key=int)]
     links = []
     for key in sorted({k for s in samples for k in s["links"]}):
-        src, _, dst = key.partition(">")
+        src, _unused, dst = key.partition(">")
         links.append({"src": src, "dst": dst, "gbps": _median([s["links"].get(key) for s in samples])})
     return {"schema": SCHEMA, "saved_at": now, "context": context(result.get("fingerprint_inputs")),
             "samples": samples, "rows": rows, "links": links,
@@ -90,7 +90,7 @@ def comparable(baseline, result):
     old, new = baseline.get("context") or {}, context(result.get("fingerprint_inputs"))
     if set((old.get("nodes") or {})) != set(new.get("nodes") or {}):
         return False, ["the node set: %s then, %s now" % (",".join(sorted(old.get("nodes") or {})),
-                                                         ",".join(sorted(new.get("nodes") or {})))]
+                                                          ",".join(sorted(new.get("nodes") or {})))]
     diff = _differences(old, new)
     return (not diff), diff
 
@@ -111,7 +111,7 @@ def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE):
     if slow:
         out.append({"check": "allreduce baseline", "status": "fail", "node": master,
                     "detail": "busbw below the baseline of %s (tolerance %.0f%%): %s" % (when, 100 * tolerance,
-                                                                                        "; ".join(slow)),
+                                                                                         "; ".join(slow)),
                     "fix": "find the slow node or link (the pair search below, the fabric/GPU checks); if the "
                            "cluster changed on purpose, save a new baseline (provision verify --smoke --save-baseline)"})
     old_links = {(lk["src"], lk["dst"]): lk["gbps"] for lk in baseline.get("links") or []}

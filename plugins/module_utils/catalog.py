@@ -28,6 +28,7 @@ def env_python_of(var):
     return env_python(var("python_env_backend"), var("python_env_path"), var("python_env_conda_prefix"),
                       var("python_env_conda_env_name"))
 
+
 # Phases: "node" checks run on each node at once (verify_node, play 1); "peers" checks run on each
 # node with every node's "node" results at hand (verify_node phase peers, play 2); "cluster" checks
 # are computed once on the controller from every node's results (verify_report); "smoke" is the

@@ -39,6 +39,7 @@ def node_address(hostvars, name):
     """Where the other nodes reach a node: cluster_address, else ansible_host, else its name."""
     return str(hostvars.get("cluster_address") or hostvars.get("ansible_host") or name)
 
+
 # Stages that need more than one node to mean anything. A stage listed in `stages` that needs
 # more nodes than the inventory has fails preflight before anything changes.
 DEFAULT_STAGE_MIN_NODES = {

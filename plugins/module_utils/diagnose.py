@@ -387,7 +387,7 @@ def attribute(line):
     """What a line's prefixes say: {'node': node a launcher names, 'host': NCCL's hostname, 'rank', 'task'}."""
     out = {}
     rest = line
-    for _ in range(6):
+    for _i in range(6):
         for kind, regex in _PREFIXES:
             m = regex.match(rest)
             if not m or (kind == "node" and not looks_like_host(m.group("v"))):
@@ -496,7 +496,7 @@ def rank_causes(found):
 
 def classify_log(text):
     """The most likely cause named by one log text: {cause, detail, fix} or None (the smoke test's view)."""
-    found, _ = find_causes(text)
+    found, _unused = find_causes(text)
     ranked = rank_causes(found)
     if not ranked:
         return None

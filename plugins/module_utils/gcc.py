@@ -71,7 +71,7 @@ def plan(os_family, major, min_version, *, toolset=None, debian_packages=None):
                 "reason": "distribution packages"}
     if os_family != "RedHat":
         raise ValueError(f"gcc_toolchain supports the Debian and RedHat families, not {os_family!r}")
-    el = int(str(major).split(".")[0])
+    el = int(str(major).split(".", maxsplit=1)[0])
     system = EL_SYSTEM_GCC.get(el)
     if toolset is None and system is not None and system >= min_major:
         return {"kind": "system", "packages": ["gcc", "gcc-c++", "make"], "pre_packages": [], "scl": None,

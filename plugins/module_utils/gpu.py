@@ -288,8 +288,8 @@ def repo_distro_tag(distribution, major_version):
     if d == "ubuntu":
         return "ubuntu" + ver.replace(".", "")
     if d == "debian":
-        return "debian" + ver.split(".")[0]
-    return "rhel" + ver.split(".")[0]
+        return "debian" + ver.split(".", maxsplit=1)[0]
+    return "rhel" + ver.split(".", maxsplit=1)[0]
 
 
 def gpu_check(facts, plan=None):

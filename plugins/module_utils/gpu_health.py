@@ -918,7 +918,7 @@ def check_dcgmi(parsed, gpus=(), node=None):
             name = "gpu_dcgm_diag %s" % r["test"] + (" GPU%s" % r["gpu"] if r["gpu"] is not None else "")
             records.append(C.check(
                 name, r["status"], "%s: dcgmi diag %s/%s: %s%s" % (where, r["category"], r["test"], r["status"],
-                                                                     (": " + notes) if notes else ""),
+                                                                   (": " + notes) if notes else ""),
                 "follow the DCGM message; rerun `dcgmi diag -r 2` after the fix", node,
                 {"category": "gpu_dcgm_diag", "device": device(g) if g else {"index": r["gpu"]},
                  "value": r["status"], "limit": C.PASS, "test": r["test"]}))

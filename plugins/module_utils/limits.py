@@ -134,7 +134,7 @@ def check_shm(shm, gpus, in_container, runtime, minimum=GIB, per_gpu=2 * GIB, ma
     ipc = " (host IPC)" if host_ipc else ""
     return {"check": "shm", "status": "pass",
             "detail": "/dev/shm %s, %s free%s; need %s" % (human(size), human(free) if free is not None else "?",
-                                                         ipc, human(need)),
+                                                           ipc, human(need)),
             "fix": "", "measured": size, "required": need}
 
 

@@ -742,6 +742,6 @@ def agree(decisions):
                     "detail": detail + " (launchers that export the launching node's NCCL_* to all nodes, "
                                        "e.g. DeepSpeed's pdsh runner, will send one value everywhere)",
                     "fix": ("give the nodes one name for the cluster interface (udev/netplan rename; podman: "
-                            "--network NET:interface_name=NAME) or " if key == "NCCL_SOCKET_IFNAME" else "") +
-                           "set %s to a value valid on every node" % ("nccl_net_" + key[5:].lower())})
+                            "--network NET:interface_name=NAME) or " if key == "NCCL_SOCKET_IFNAME" else "")
+                    + "set %s to a value valid on every node" % ("nccl_net_" + key[5:].lower())})
     return out

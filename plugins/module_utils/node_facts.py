@@ -154,7 +154,7 @@ def parse_environ(data):
     env = {}
     for item in data.split(sep):
         if "=" in item:
-            key, _, value = item.partition("=")
+            key, _unused, value = item.partition("=")
             env[key] = value
     return env
 
@@ -280,7 +280,7 @@ def detect_container(snap):
                 break
     if rootfs_hit:
         evidence.append("root filesystem is an overlay in %s's storage" % rootfs_hit)
-        runtime = runtime or rootfs_hit.split("/")[0]
+        runtime = runtime or rootfs_hit.split("/", maxsplit=1)[0]
     if exists.get("/.dockerenv"):
         evidence.append("/.dockerenv")
         runtime = runtime or "docker"

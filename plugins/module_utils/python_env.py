@@ -365,7 +365,7 @@ def deepspeed_build(python):
 
 
 def _major_minor(version):
-    return ".".join(str(version or "").split("+")[0].split(".")[:2])
+    return ".".join(str(version or "").split("+", maxsplit=1)[0].split(".")[:2])
 
 
 def deepspeed_check(build, torch_version, torch_cuda, python):

@@ -173,7 +173,7 @@ def ssh_config_lines(nodes, user, identity_file, kex_algorithms=None):
 def effective_kex(ssh_g_output):
     """The key exchange algorithms of `ssh -G HOST` output, in ssh's order ([] when absent)."""
     for line in ssh_g_output.splitlines():
-        key, _, value = line.strip().partition(" ")
+        key, _unused, value = line.strip().partition(" ")
         if key.lower() == "kexalgorithms":
             return [a for a in value.strip().split(",") if a]
     return []

@@ -41,7 +41,7 @@ def unreachable(node, conn, message=""):
                 "or authorized_keys group/world-writable: StrictModes); get back in with the password "
                 "(provision bootstrap -i INV --limit %s --ask-pass) or at the console (chmod go-w ~; chmod 700 "
                 "~/.ssh; chmod 600 ~/.ssh/authorized_keys)" % (("~%s/." % conn["user"]) if conn.get("user") else "the ",
-                                                                node))
+                                                               node))
     if cls == "connection_refused":
         return ("%s answers but nothing listens on %s (sshd down or on another port): %s" % (node, where, detail),
                 "start sshd there (at the console: systemctl start ssh, or /usr/sbin/sshd -p %s), then "

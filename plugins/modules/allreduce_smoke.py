@@ -26,7 +26,7 @@ description:
     private to the user the module runs as; in check mode it starts, waits for and kills nothing and
     writes nothing (C(started) and C(finished) are skipped, C(report) writes no file).
 version_added: "0.1.0"
-author: provision contributors
+author: provision developers (!UNKNOWN)
 options:
   state:
     description: Which step to run.
@@ -206,6 +206,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke 
 from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, NotPrivate, private_dir, read_text
 from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
 from ansible_collections.provision.cluster.plugins.module_utils.sizes import parse_size
+from ansible_collections.provision.cluster.plugins.module_utils.spawn import start_process
 
 LOG_KEEP = 200          # lines of each rank log returned to the controller
 LOG_INTERESTING = ("WARN", "Error", "error", "Timeout", "timed out", "EADDRINUSE", "refused",
@@ -249,8 +250,8 @@ def start(module, p):
     argv = [bash, "-c", '[ -r "$HOME/.bashrc" ] && . "$HOME/.bashrc" >/dev/null 2>&1; exec "$@"',
             "allreduce_smoke", p["python"], worker, "supervise", os.path.join(run_dir, "config.json")]
     with open(os.path.join(run_dir, "supervisor.log"), "wb") as log:
-        proc = subprocess.Popen(argv, env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=log, start_new_session=True, close_fds=True)
+        proc = start_process(argv, env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=log, start_new_session=True, close_fds=True)
     with open(os.path.join(run_root, "current.pid"), "w", encoding="ascii") as fh:
         fh.write(f"{proc.pid}\n")
     module.exit_json(changed=False, run_dir=run_dir, pid=proc.pid, stale_killed=stale)
@@ -414,7 +415,7 @@ def report(module, p):
 
 def port_free(module, p):
     if not module.check_mode:
-        _stale_kill(os.path.expanduser(p["run_root"]))
+        _stale_kill(p["run_root"])  # type path: ~ already expanded
     found = port_facts([p["port"]])[0]
     if found["held"]:
         who = "; ".join(f"pid {h['pid']}: {h['cmdline'][:100] or h['name']}" for h in found["processes"])

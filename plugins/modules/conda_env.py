@@ -16,7 +16,7 @@ description:
     C(provision_env_python_env) (CONDA_PREFIX, PATH) for the shell_env block.
   - Packages (torch, extras) are installed afterwards by C(python_venv) with C(create=false).
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   installer:
     description: The installer on the node (copied or downloaded there by the role).

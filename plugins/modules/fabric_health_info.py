@@ -21,7 +21,7 @@ description:
     port slower than a peer of the same HCA model, or slower than the model's top rate (a warning).
   - Never writes anything. Every command has a timeout; the only wait is O(counter_interval) (at most 60 s).
 version_added: "0.2.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   node:
     description: Name put in every record (the inventory hostname); empty leaves it to the caller.

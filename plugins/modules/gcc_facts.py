@@ -19,7 +19,7 @@ description:
     O(min_version) (or none) fails with one line naming the fix.
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   min_version:
     description: The lowest acceptable GCC version (C(9), C(11.2)).

@@ -18,7 +18,7 @@ description:
     when a toolkit is found, and an empty one otherwise.
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   cuda_version:
     description:
@@ -213,7 +213,7 @@ def collect(module):
     nvcc = next((os.path.join(d, "nvcc") for d in nvcc_dirs[:1] if os.access(os.path.join(d, "nvcc"), os.X_OK)), None)
     nvcc = nvcc or module.get_bin_path("nvcc", opt_dirs=nvcc_dirs)
     if nvcc:
-        rc, out, _ = run_bounded([nvcc, "--version"], p["timeout"])
+        rc, out, _unused = run_bounded([nvcc, "--version"], p["timeout"])
         parsed = G.parse_nvcc_version(out) if rc == 0 else None
         if parsed:
             facts["nvcc"] = dict(parsed, path=nvcc)

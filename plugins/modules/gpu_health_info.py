@@ -21,7 +21,7 @@ description:
     generation is a C(skip) saying so. The width is always judged.
   - Never writes anything. Every command has a timeout. Thresholds and sources are in docs/health-checks.md.
 version_added: "0.2.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   node:
     description: Name put in every record (the inventory hostname); empty leaves it to the caller.
@@ -177,6 +177,7 @@ from ansible_collections.provision.cluster.plugins.module_utils import gpu_healt
 from ansible_collections.provision.cluster.plugins.module_utils import node_facts
 from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
 from ansible_collections.provision.cluster.plugins.module_utils.procs import first_line, run_bounded
+from ansible_collections.provision.cluster.plugins.module_utils.spawn import start_process
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/usr/sbin", "/sbin", "/bin"]
 MAX_LOAD_SECONDS = 60
@@ -211,8 +212,8 @@ def read_kernel_log(module, root, timeout):
 def run_load(argv, seconds):
     """Start the load command; return the process (None when it could not start)."""
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = start_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None
     deadline = time.monotonic() + max(0, min(seconds, MAX_LOAD_SECONDS))

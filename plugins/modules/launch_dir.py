@@ -33,7 +33,7 @@ options:
       - Name of a fact to set to the expanded directory (the launchers role sets C(launchers_path)),
         so that no extra task is needed to record it.
     type: str
-author: provision developers
+author: provision developers (!UNKNOWN)
 extends_documentation_fragment: [provision.cluster.attributes]
 attributes:
   check_mode:
@@ -95,11 +95,9 @@ def main():
     )
     owner = module.params["owner"]
     path = module.params["path"]
-    if path.startswith("~"):
-        path = os.path.expanduser(path)
-        if path.startswith("~"):
-            module.fail_json(msg="launch_dir: user of %s does not exist on this node; create it or set cluster_user"
-                             % module.params["path"])
+    if path.startswith("~"):  # type path expanded ~ and ~user already: that user does not exist
+        module.fail_json(msg="launch_dir: user of %s does not exist on this node; create it or set cluster_user"
+                         % module.params["path"])
     try:
         uid, gid = (pwd.getpwnam(owner)[2:4]) if owner else (os.getuid(), os.getgid())
     except KeyError:
@@ -124,7 +122,7 @@ def main():
     if not module.check_mode:
         for name in removed:
             os.unlink(os.path.join(path, name))
-    module.exit_json(changed=bool(made_dir or todo or removed), path=path, written=[n for n, _ in todo],
+    module.exit_json(changed=bool(made_dir or todo or removed), path=path, written=[n for n, _unused in todo],
                      removed=removed, diff=w.diffs, **facts)
 
 

@@ -52,7 +52,7 @@ options:
     description: Seconds between SIGTERM and SIGKILL (C(state=stopped)).
     type: float
     default: 5
-author: provision developers
+author: provision developers (!UNKNOWN)
 extends_documentation_fragment: [provision.cluster.attributes]
 attributes:
   check_mode:
@@ -97,6 +97,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.launch import poll_job, start_job, stop_job
+from ansible_collections.provision.cluster.plugins.module_utils.spawn import home_path
 
 
 def main():
@@ -123,7 +124,7 @@ def main():
             module.exit_json(changed=False, skipped=True, msg="check mode: nothing started or stopped")
         if p["state"] == "started":
             env = {k: str(v) for k, v in p["env"].items()}
-            argv = [os.path.expanduser(p["argv"][0])] + p["argv"][1:]
+            argv = [home_path(p["argv"][0])] + p["argv"][1:]
             if "/" in argv[0] and not os.access(argv[0], os.X_OK):
                 module.fail_json(msg="%s is missing or not executable: run the launchers stage first "
                                      "(ansible-playbook site.yml -i INVENTORY --tags launchers)" % argv[0])

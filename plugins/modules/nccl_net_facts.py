@@ -21,7 +21,7 @@ description:
   - Every value can be overridden; RV(reasons) says why each value was chosen.
   - Changes nothing on the node; safe in check mode (it still probes, a TCP connect is read-only).
 version_added: 1.0.0
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   peers:
     description:

@@ -22,7 +22,7 @@ description:
   - Writes a per-node identity token (O(node_id_file)) that M(provision.cluster.ssh_landing) compares.
   - Read-only in check mode (C(provision verify)).
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   cluster_user:
     description: The training user whose session limits are measured and set.

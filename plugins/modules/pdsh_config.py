@@ -18,7 +18,7 @@ description:
     answer or answered with another hostname. In check mode the check still runs (read-only)
     when the files are already right.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   hosts:
     description: Node names, as ssh resolves them through ~/.ssh/config (the inventory names).

@@ -19,7 +19,7 @@ description:
   - Read-only; runs the same in check mode.
   - Without root, sockets owned by other users' processes show as listening with no owner.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   ports:
     description:

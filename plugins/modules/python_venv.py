@@ -17,7 +17,7 @@ description:
     owner is wrong).
   - Sets C(provision_env_python_env) (VIRTUAL_ENV, PATH prepend) for the shell_env block.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   path:
     description: The environment's directory.

@@ -16,7 +16,7 @@ description:
     C(provision verify) calls the same module.
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   python:
     description: The environment's interpreter (C(/opt/provision/venv/bin/python)).

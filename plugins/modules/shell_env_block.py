@@ -20,7 +20,7 @@ description:
   - Also keeps C(~/.deepspeed_env) (C(NAME=value) lines, which DeepSpeed's runner exports to every
     node). It sets O(deepspeed_vars), removes the ones it wrote last time and no longer manages, and keeps the user's.
 version_added: 1.0.0
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   user:
     description: The user whose files are managed (owner of new files; home from the password database).
@@ -128,6 +128,7 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
 from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
+from ansible_collections.provision.cluster.plugins.module_utils.spawn import home_path
 from ansible_collections.provision.cluster.plugins.module_utils.bashrc import (
     deepspeed_keys_of, deepspeed_safe, find_guard, place_block, remove_block, render_block, split_block,
     update_deepspeed_env)
@@ -159,7 +160,7 @@ def main():
     ds_path = p["deepspeed_env"]
     if ds_path is None:
         ds_path = os.path.join(pw.pw_dir, ".deepspeed_env")
-    ds_path = os.path.realpath(os.path.expanduser(ds_path)) if ds_path else ""
+    ds_path = os.path.realpath(home_path(ds_path)) if ds_path else ""
 
     before = read_text(bashrc, only_missing=True)
     old_text = before or ""

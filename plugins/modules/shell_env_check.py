@@ -19,7 +19,7 @@ description:
     (e.g. the C(NCCL_SOCKET_IFNAME) that NCCL will really get).
   - Read-only; runs the same in check mode. Bounded by O(timeout).
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   user:
     description: The user whose C(~/.bashrc) is checked and who runs ssh (the cluster user).

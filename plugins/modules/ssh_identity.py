@@ -16,7 +16,7 @@ description:
     every node. O(name), O(address) and O(port) are passed through into that record.
   - Used for the nodes and, run locally, for the controller's own key.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   user:
     description: The account owning the key. Default is the user the module runs as.

@@ -19,7 +19,7 @@ description:
     naming the pair.
   - Read-only; the ssh connections run in parallel, each bounded by O(timeout).
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   node:
     description: This node's inventory name (for the messages).

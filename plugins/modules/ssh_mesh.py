@@ -23,7 +23,7 @@ description:
   - Run on the controller with only O(known_hosts_path) it records the nodes' host keys there.
   - Never sets StrictHostKeyChecking or any other host key override.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   nodes:
     description:
@@ -183,7 +183,7 @@ def _kex(module, preferred):
     if not ssh:
         return []
     system = "/etc/ssh/ssh_config" if os.path.exists("/etc/ssh/ssh_config") else "/dev/null"
-    rc, out, _ = module.run_command([ssh, "-G", "-F", system, "provision-kex-probe"])
+    rc, out, _unused = module.run_command([ssh, "-G", "-F", system, "provision-kex-probe"])
     return kex_preference(preferred, effective_kex(out)) if rc == 0 else []
 
 
@@ -220,7 +220,7 @@ def main():
     identity = {}
     if p["identity_key_file"]:
         try:
-            key_file, key_changed, _ = ensure_keypair(
+            key_file, key_changed, _unused = ensure_keypair(
                 module.run_command, module.get_bin_path("ssh-keygen", required=True), pw, p["identity_key_file"],
                 "ed25519", "%s@%s" % (pw.pw_name, socket.gethostname()), module.check_mode)
         except RuntimeError as exc:

@@ -18,7 +18,7 @@ description:
   - Read-only; runs the same in check mode (C(provision verify) calls it so). Never fails because
     of a cell; assert on RV(failed_cells) (the ssh_mesh role asserts the whole matrix).
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   nodes:
     description:
@@ -94,7 +94,7 @@ row:
     source: {description: This node., type: str, sample: node1}
     target: {description: The name ssh was given., type: str, sample: node2}
     ok: {description: Logged in and the right host answered., type: bool}
-    error: {description: Error class, empty when ok., type: str, sample: permission_denied}
+    error: {description: "Error class, empty when ok.", type: str, sample: permission_denied}
     detail:
       description: ssh's line for the error (or the answer).
       type: str
@@ -144,8 +144,8 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.landing import (
     LANDING_SCRIPT, landing_checks, landing_pair, parse_landing_report)
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (classify_ssh_error, strict_modes_check,
-                                                                              strict_modes_problems)
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
+    classify_ssh_error, strict_modes_check, strict_modes_problems)
 from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 

@@ -24,7 +24,7 @@ description:
     distributions where C(ssh.socket) starts sshd, runs C(daemon-reload) and restarts the socket.
   - Waits at most O(timeout) seconds for sshd to listen on every port.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   ports:
     description: The ports sshd must listen on (they must be in O(content) as C(Port) lines).
@@ -104,7 +104,7 @@ action:
   returned: always
   type: str
   sample: none
-reason: {description: Why, in one line., returned: always, type: str, sample: configuration changed}
+reason: {description: "Why, in one line.", returned: always, type: str, sample: configuration changed}
 pids: {description: Pids of the sshd listening on the ports afterwards., returned: always, type: list, elements: int}
 host_keys_generated: {description: C(ssh-keygen -A) ran., returned: always, type: bool}
 config_changed: {description: The drop-in was (or would be) rewritten., returned: always, type: bool}
@@ -130,6 +130,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
 from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
+from ansible_collections.provision.cluster.plugins.module_utils.spawn import start_process
 from ansible_collections.provision.cluster.plugins.module_utils.sshd import (
     config_digest,
     configured_ports,
@@ -248,10 +249,10 @@ class Sshd:
         # sshd daemonizes itself (fork + setsid); a new session on top keeps it out of the
         # process group of the podman exec / ssh session that runs this module.
         with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
-            proc = subprocess.Popen([self.sshd, "-f", self.p["main_config"]], stdin=null_in, stdout=null_out,
-                                    stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
+            proc = start_process([self.sshd, "-f", self.p["main_config"]], stdin=null_in, stdout=null_out,
+                                 stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
             try:
-                _, err = proc.communicate(timeout=self.p["timeout"])
+                _unused, err = proc.communicate(timeout=self.p["timeout"])
             except subprocess.TimeoutExpired:
                 proc.kill()
                 self.m.fail_json(msg="sshd did not detach within %ds" % self.p["timeout"])
@@ -341,7 +342,7 @@ def main():
     else:
         unit = p["service"]
         if unit == "auto":
-            rc, out, _ = s.run(["systemctl", "show", "-p", "LoadState", "--value", "ssh.service"], check=False)
+            rc, out, _unused = s.run(["systemctl", "show", "-p", "LoadState", "--value", "ssh.service"], check=False)
             unit = "ssh" if out.strip() == "loaded" else "sshd"
         active = s.run(["systemctl", "is-active", unit], check=False)[0] == 0
         enabled = s.run(["systemctl", "is-enabled", unit], check=False)[0] == 0

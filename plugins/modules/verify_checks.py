@@ -16,7 +16,7 @@ description:
   - A module that fails, or cannot reach the host, gives its own failed/unreachable result; the
     others still run. The task itself never fails because of a check.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   checks:
     description:

@@ -15,7 +15,7 @@ description:
   - Pure computation, done by its action plugin in the controller's own process (no module
     process is started); runs the same in check mode.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   versions:
     description: "C({node: python_env_versions})."

@@ -13,10 +13,10 @@ description:
     (C(.provision-wheelhouse.json)); per set of pins its wheel files, per file its size and sha256.
   - A set of pins already in the manifest with all its files present costs no pip call; files are
     hashed once (size and mtime unchanged means the recorded sha256 still holds).
-  - Meant for C(delegate_to=localhost) + C(run_once); the result (O(by_set)) is what the
+  - Meant for C(delegate_to=localhost) + C(run_once); the result (RV(by_set)) is what the
     C(wheelhouse_state) module compares on each node.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   path:
     description: The wheelhouse directory on the controller (made if missing).

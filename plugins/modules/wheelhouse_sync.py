@@ -18,12 +18,13 @@ description:
     (C(.provision-wheelhouse-node.json)) of size, mtime and sha256, so a re-run reads no wheel.
   - A cache file is not a change; C(changed) is true when files were copied or the directory made.
 version_added: "0.1.0"
-author: provision developers
+author: provision developers (!UNKNOWN)
 options:
   src:
-    description: The wheelhouse directory on the controller (the C(wheelhouse) module's C(path)).
+    description:
+      - The wheelhouse directory on the controller (the C(wheelhouse) module's C(path)).
+      - The action plugin needs it; the node-side module reads O(staged) instead.
     type: path
-    required: true
   staged:
     description: Internal (set by the action plugin) the node directory holding the transferred files.
     type: path

@@ -17,7 +17,9 @@ import yaml
 
 from provision.paths import cache_dir, content_root, user_collections_dir
 
-ANSIBLE_WHEEL_SPEC = "ansible>=10,<13"
+# the wheel whose collection versions requirements.yml pins (containers.podman 1.18.0, ansible.posix 2.1.0)
+ANSIBLE_WHEEL_VERSION = "12.3.0"
+ANSIBLE_WHEEL_SPEC = f"ansible=={ANSIBLE_WHEEL_VERSION}"
 
 
 def required_collections() -> list[str]:
@@ -38,13 +40,13 @@ def missing_collections(dest: Path | None = None) -> list[str]:
 def _ansible_wheel(log) -> Path:
     wheels = cache_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    found = sorted(wheels.glob("ansible-[0-9]*.whl"))
+    found = sorted(wheels.glob(f"ansible-{ANSIBLE_WHEEL_VERSION}-*.whl"))
     if found:
         return found[-1]
     log("downloading the `ansible` wheel once, to take its collections (Galaxy may be unreachable)")
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                            "-d", str(wheels), ANSIBLE_WHEEL_SPEC], capture_output=True, text=True, check=False)
-    found = sorted(wheels.glob("ansible-[0-9]*.whl"))
+    found = sorted(wheels.glob(f"ansible-{ANSIBLE_WHEEL_VERSION}-*.whl"))
     if proc.returncode != 0 or not found:
         raise RuntimeError("cannot download the ansible wheel from PyPI: "
                            + (proc.stderr.strip().splitlines() or ["?"])[-1]

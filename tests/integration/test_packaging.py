@@ -64,3 +64,74 @@ def test_lab_commands_work_from_the_wheel(installed):
         assert doc["up"] and doc["nodes"][0]["name"] == "node1"
     finally:
         _run(venv, "provision", "lab", "down", "--name", "t-pkg", cwd=base)
+
+
+# ---- the collection as Galaxy users get it: `ansible-galaxy collection build`, then `install` ----
+
+# what the tarball must not carry (galaxy.yml build_ignore): the CLI package, tests and their
+# fixtures, lab/CI tooling, caches, venvs, VCS data
+_NOT_SHIPPED = ("src/", "tests/", "benchmarks/", "molecule/", "scripts/", ".venv/", ".cache/", ".git/", "collections/",
+                ".ci/", "pyproject.toml", "execution-environment.yml")
+
+
+@pytest.fixture(scope="module")
+def galaxy_install(tmp_path_factory):
+    """The tarball built from this checkout, installed into a fresh collections path outside it."""
+    import tarfile
+
+    from helpers import tool
+
+    base = tmp_path_factory.mktemp("galaxy")
+    build = subprocess.run([tool("ansible-galaxy"), "collection", "build", "--output-path", str(base), str(REPO)],
+                           capture_output=True, text=True, cwd=base, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    tarball = next(base.glob("provision-cluster-*.tar.gz"))
+    with tarfile.open(tarball) as tf:
+        names = tf.getnames()
+    colls = base / "collections"
+    # --no-deps: Galaxy is unreachable here; the two collections it depends on come from
+    # ~/.ansible/collections, where `provision setup` put the versions requirements.yml pins
+    proc = subprocess.run([tool("ansible-galaxy"), "collection", "install", "--no-deps", "-p", str(colls), str(tarball)],
+                          capture_output=True, text=True, cwd=base, timeout=300,
+                          env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(colls)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return base, tarball, names, colls / "ansible_collections" / "provision" / "cluster"
+
+
+def test_tarball_holds_the_collection_and_nothing_else(galaxy_install):
+    import provision
+
+    _, tarball, names, installed = galaxy_install
+    assert tarball.name == f"provision-cluster-{provision.__version__}.tar.gz"
+    for needed in ("MANIFEST.json", "FILES.json", "site.yml", "meta/runtime.yml", "requirements.yml",
+                   "playbooks/preflight.yml", "roles/sshd/tasks/main.yml", "plugins/modules/sshd_service.py",
+                   "plugins/inventory/lab.py", "inventory/lab/lab.yml", "changelogs/changelog.yaml",
+                   "meta/execution-environment.yml", "docs/support.md"):
+        assert needed in names, needed
+    shipped = [n for n in names if n.startswith(_NOT_SHIPPED) or "__pycache__" in n or n.endswith((".pyc", ".retry"))
+               or "/.provision/" in n]
+    assert not shipped, shipped
+    assert tarball.stat().st_size < 1_000_000, tarball.stat().st_size
+    assert (installed / "MANIFEST.json").is_file() and (installed / "site.yml").is_file()
+
+
+def test_site_yml_runs_from_the_installed_collection(galaxy_install, lab_factory):
+    """site.yml of the installed collection on a fresh 2-node lab, from a directory outside the
+    checkout, with no ansible.cfg of ours (Ansible's defaults: memory fact cache, no pipelining): green."""
+    from helpers import PlaybookResult, lab_name, tool
+
+    base, _, _, installed = galaxy_install
+    lab = lab_factory(lab_name("galaxy"), nodes=2)
+    run_dir = base / "elsewhere"
+    run_dir.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANSIBLE_", "PROVISION_CONTENT_ROOT")) and k != "VIRTUAL_ENV"}
+    env.update(PROVISION_LAB_NAME=lab.name, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([str(installed.parent.parent.parent),
+                                                         os.path.expanduser("~/.ansible/collections")]))
+    argv = [tool("ansible-playbook"), str(installed / "site.yml"), "-i", str(installed / "inventory" / "lab")]
+    proc = subprocess.run(argv, cwd=run_dir, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    first = PlaybookResult(proc)
+    assert first.rc == 0, first
+    assert set(first.recap) == {"node1", "node2"}, first
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in first.recap.values()), first

@@ -242,7 +242,8 @@ def _on_tty(argv: list[str], env: dict[str, str], answers: list[tuple[bytes, byt
 def test_ask_pass_and_confirm_on_a_terminal(sshd, tmp_path):
     inv = tmp_path / "inv"
     inv.mkdir()
-    (inv / "hosts.ini").write_text(f"h1 ansible_host=127.0.0.1 ansible_port={sshd.port} ansible_user=root\n")
+    # no .ini: ansible-core < 2.19 skips *.ini files in an inventory directory
+    (inv / "hosts").write_text(f"h1 ansible_host=127.0.0.1 ansible_port={sshd.port} ansible_user=root\n")
     (tmp_path / "ctl").mkdir()
     env = ansible_env(HOME=str(tmp_path / "ctl"), TERM="dumb")
     fp = bs.fingerprint(sshd.host_key.asbytes())

@@ -10,10 +10,17 @@ import json
 import subprocess
 
 import helpers
-from ansible._internal._datatag._tags import Origin, TrustedAsTemplate
-from ansible._internal._json._profiles import _cache_persistence
-from ansible.module_utils._internal._datatag import AnsibleTagHelper
+import pytest
 from ansible_collections.provision.cluster.plugins.cache import lean_jsonfile
+
+try:  # ansible-core >= 2.19: tagged values (before it, the cache holds plain JSON and the plugin is jsonfile)
+    from ansible._internal._datatag._tags import Origin, TrustedAsTemplate
+    from ansible._internal._json._profiles import _cache_persistence
+    from ansible.module_utils._internal._datatag import AnsibleTagHelper
+except ImportError:
+    Origin = None
+
+tagged = pytest.mark.skipif(Origin is None, reason="ansible-core < 2.19 tags no values: nothing to strip")
 
 SET = """\
 - hosts: all
@@ -52,12 +59,13 @@ def test_cached_facts_come_back_without_positions(tmp_path):
     cache = tmp_path / "cache"
     _play(tmp_path, SET, cache)
     files = list(cache.iterdir())
-    assert [f.name for f in files] == ["s1_h1"]
+    assert [f.name for f in files] in (["s1_h1"], ["h1"])  # the file name of ansible-core >= 2.19, of 2.16-2.18
     stored = files[0].read_text()
     assert "Origin" not in stored and "line_num" not in stored
     out = _play(tmp_path, GET, cache)
     line = next(ln for ln in out.splitlines() if "LEAN " in ln)
     got = json.loads(json.loads("{%s}" % line.strip().rstrip(","))["msg"][len("LEAN "):])
+    got["nested"]["rank"] = int(got["nested"]["rank"])  # "3" before ansible-core 2.19 (no native types inside a dict)
     assert got == {"plain": "node1", "nested": {"env": {"NCCL_SOCKET_IFNAME": "eth1"}, "ports": [29500, 2222], "rank": 3}}
 
 
@@ -69,6 +77,7 @@ def _decode(entry):
     return json.loads(entry[lean_jsonfile.PAYLOAD_KEY], cls=_cache_persistence.Decoder)
 
 
+@tagged
 def test_only_origin_tags_are_dropped():
     trusted = TrustedAsTemplate().tag(Origin(path="/x.yml", line_num=3).tag("{{ foo }}"))
     placed = Origin(path="/y.yml", line_num=1).tag("plain")

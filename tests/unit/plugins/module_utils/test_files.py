@@ -6,9 +6,9 @@ import os
 import pwd
 
 import helpers  # noqa: F401  (puts collections/ on sys.path)
+from helpers import patch_module_args
 import pytest
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.provision.cluster.plugins.module_utils import files
 
 

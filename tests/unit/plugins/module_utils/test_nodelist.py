@@ -100,7 +100,8 @@ def test_plugin_hostfile_relative_to_config(tmp_path):
     proc, data = inventory(cfg)
     assert data, proc.stderr
     assert data["cluster"]["hosts"] == ["worker-0", "worker-1"]
-    assert hostvars(data, "worker-1")["launchers_slots"] == 4
+    # compose gives the int on ansible-core >= 2.19, its text before (no native types then)
+    assert str(hostvars(data, "worker-1")["launchers_slots"]) == "4"
 
 
 def test_plugin_without_a_node_list_fails_with_one_line(tmp_path):
@@ -109,7 +110,8 @@ def test_plugin_without_a_node_list_fails_with_one_line(tmp_path):
     env = {"ANSIBLE_INVENTORY_UNPARSED_FAILED": "1", "SLURM_JOB_NODELIST": "", "PBS_NODEFILE": ""}
     proc, _ = inventory(cfg, **env)
     assert proc.returncode != 0
-    assert "no node list: set hostfile, nodelist (SLURM_JOB_NODELIST) or PBS_NODEFILE" in proc.stderr
+    # ansible-core < 2.19 wraps its warnings at the terminal's width
+    assert "no node list: set hostfile, nodelist (SLURM_JOB_NODELIST) or PBS_NODEFILE" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
 
 

@@ -6,9 +6,9 @@ import json
 import os
 
 import helpers  # noqa: F401  (puts collections/ on sys.path)
+from helpers import patch_module_args
 import pytest
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.provision.cluster.plugins.modules import sshd_service as M
 
 # stand-in for `sshd -t -f FILE`: a file with BAD is invalid; the main config fails when a drop-in says CLASH
