@@ -19,7 +19,7 @@ so no default is restated here. Controller-side only (the action plugins and the
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils import consistency, fabric_health, gpu_health
+from ansible_collections.provision.cluster.plugins.module_utils import consistency, fabric_health, gpu_health, mesh_audit
 from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome, env_python
 
 
@@ -57,6 +57,14 @@ class Context:
         master = self.plan.get("master") if self.plan.get("master") in self.hosts else self.hosts[0]
         return {"name": master, "address": (self.plan.get("address_of") or {}).get(master, master),
                 "port": int(self.plan.get("master_port") or 29500)}
+
+    def full_matrix(self):
+        """verify_matrix: full (provision verify --full): every node logs in to every node."""
+        return str(self.var("verify_matrix") or "ring").lower() == "full"
+
+    def ring(self):
+        """The nodes this node logs in to (mesh_audit.ring_targets): all of them with full_matrix()."""
+        return mesh_audit.ring_targets(self.hosts, self.host, self.full_matrix())
 
     def python(self):
         """The training environment's interpreter (verify_python, else the python_env role's)."""
@@ -291,8 +299,25 @@ def _adjust_in_effect(node, c, ctx):
 
 
 def _keep_mesh(result):
-    return {"row": result.get("row") or [], "reports": result.get("reports") or {},
-            "landing": result.get("landing")}
+    out = {"row": result.get("row") or [], "reports": result.get("reports") or {}, "landing": result.get("landing")}
+    if result.get("summary"):
+        out["summary"] = result["summary"]
+    return out
+
+
+def _mesh_args(ctx):
+    return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(), "connect_timeout": 5, "timeout": 30,
+            "landing": True, "summary": True, "block_name": str(ctx.var("ssh_mesh_block_name") or "cluster"),
+            "key_file": str(ctx.var("ssh_mesh_key_file") or ".ssh/id_ed25519"),
+            "hosts_file": str(ctx.var("ssh_mesh_hosts_file") or "/etc/hosts")}
+
+
+def _pdsh_args(ctx):
+    out = {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
+           "connect_timeout": 10, "command_timeout": 30, "node": ctx.host}
+    if not ctx.full_matrix():
+        out["targets"] = ctx.ring()
+    return out
 
 
 def _keep_runtime(result):
@@ -387,15 +412,18 @@ CATALOG = [
          args=lambda ctx: {"ports": [int(ctx.plan.get("master_port") or 29500)], "expect": "free"},
          reuse=_reuse_checks("preflight_result"),
          adjust=lambda node, c, ctx: dict(c, check="%s free" % c["check"])),
-    Spec("mesh", "ssh mesh", "SSH mesh N x N including self (BatchMode, real host keys); ~/.ssh modes sshd accepts",
-         module="provision.cluster.ssh_mesh_check", stage="ssh_mesh",
-         args=lambda ctx: {"source": ctx.host, "user": ctx.user(), "nodes": ctx.hosts, "connect_timeout": 5,
-                           "timeout": 30, "landing": True},
+    Spec("mesh", "ssh mesh",
+         "SSH logins on a ring (itself, the next node, the node half the ring away; N x N with --full), BatchMode, "
+         "real host keys; every pair's keys, known_hosts, ~/.ssh/config and /etc/hosts entries compared with the "
+         "nodes' real keys; ~/.ssh modes sshd accepts",
+         module="provision.cluster.ssh_mesh_check", stage="ssh_mesh", args=_mesh_args,
          reuse=_reuse_final("ssh_mesh_result"), keep=_keep_mesh),
-    Spec("pdsh", "pdsh", "pdsh present and reaching every node", module="provision.cluster.pdsh_config", stage="pdsh",
-         args=lambda ctx: {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
-                           "connect_timeout": 10, "command_timeout": 30, "node": ctx.host},
-         reuse=_reuse_pdsh),
+    # every node's files against every node's real keys (the all-pairs half of the mesh, no login):
+    # computed on the controller from the mesh entry's summaries (verify_node phase peers)
+    Spec("mesh_files", "ssh files", "every node's key authorized and host keys known on every node (no login)",
+         phase=PEERS, group="mesh", needs=("mesh",), stage="ssh_mesh", default=False),
+    Spec("pdsh", "pdsh", "pdsh present, hosts file as the inventory, reaching the ring's nodes (every node with --full)",
+         module="provision.cluster.pdsh_config", stage="pdsh", args=_pdsh_args, reuse=_reuse_pdsh),
     Spec("env", "env block", "the ~/.bashrc env block seen by non-interactive ssh", module="provision.cluster.shell_env_check",
          stage="shell_env",
          args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host, "timeout": 10},

@@ -162,6 +162,9 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="Run only this check (repeatable); --list-checks names them.")
 @click.option("-l", "--limit", metavar="PATTERN", help="Only these hosts, as ansible-playbook --limit.")
 @click.option("--smoke", is_flag=True, help="Also run the all-reduce smoke test across the nodes.")
+@click.option("--full", is_flag=True,
+              help="SSH and pdsh from every node to every node (N x N logins; default: a ring, and every pair's keys "
+                   "compared in the files; inventory variable verify_matrix: full does the same).")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
               help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_toolchain_min_version=11.")
 @click.option("--save-baseline", is_flag=True,
@@ -172,7 +175,7 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 @click.option("--timeout", default=300, show_default=True, type=float, help="Give up after this many seconds.")
 @click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (README: provision verify --json).")
 @click.option("--list-checks", is_flag=True, help="List the check names and exit.")
-def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool,
+def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool, full: bool,
             extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
             list_checks: bool) -> None:
     """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
@@ -188,7 +191,7 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
             term.info(f"{name:10} {desc}")
         return
     with app.guard(), Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
-        doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
+        doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke, full=full,
                           extra_vars=list(extra_vars), timeout=timeout, on_event=progress, baseline=baseline,
                           save_baseline=save_baseline)
     if json_mode:
