@@ -305,9 +305,16 @@ def _keep_mesh(result):
     return out
 
 
+def _mesh_block(ctx):
+    """ssh_mesh_block_name; its role default is a template (the cluster group), which a role default
+    read from the file is not rendered as (ansible-core 2.19 renders trusted templates only)."""
+    block = str(ctx.var("ssh_mesh_block_name") or "")
+    return block if block and "{{" not in block else str(ctx.var("cluster_group") or "cluster")
+
+
 def _mesh_args(ctx):
     return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(), "connect_timeout": 5, "timeout": 30,
-            "landing": True, "summary": True, "block_name": str(ctx.var("ssh_mesh_block_name") or "cluster"),
+            "landing": True, "summary": True, "block_name": _mesh_block(ctx),
             "key_file": str(ctx.var("ssh_mesh_key_file") or ".ssh/id_ed25519"),
             "hosts_file": str(ctx.var("ssh_mesh_hosts_file") or "/etc/hosts")}
 
