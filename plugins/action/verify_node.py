@@ -8,7 +8,6 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
 from ansible_collections.provision.cluster.plugins.module_utils.landing import landing_checks, landing_from_report
-from ansible_collections.provision.cluster.plugins.module_utils.mesh_audit import audit
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import (
     BUILD_LOCK,
     Variables,
@@ -45,8 +44,7 @@ class ActionModule(ActionBase):
         host = task_vars["inventory_hostname"]
         hosts = list(task_vars.get("ansible_play_hosts_all") or [host])
         ctx = K.Context(host, cluster_plan(var, hosts), hosts, var)
-        wanted = [K.BY_NAME[n] for n in entries if K.BY_NAME[n].phase == phase
-                  and (K.BY_NAME[n].module or phase == K.PEERS)]
+        wanted = [K.BY_NAME[n] for n in entries if K.BY_NAME[n].phase == phase and K.BY_NAME[n].module]
         shown = set(K.reported(selected))
         reuse = _bool(args.get("reuse", False))
         parallel = int(args.get("parallel") or 8)
@@ -98,30 +96,11 @@ class ActionModule(ActionBase):
             if found is None and spec.name == "landing":
                 found = self._landing(ctx, task_vars)
                 ran.append(spec.name)
-            elif found is None and spec.name == "mesh_files":
-                found = self._mesh_files(ctx)
-                ran.append(spec.name)
             elif found is not None:
                 reused.append(spec.name)
             if found is not None:
                 records.extend(spec.records(ctx.host, found, ctx))
         return {"changed": False, "checks": records, "ran": ran, "reused": reused}
-
-    @staticmethod
-    def _mesh_files(ctx):
-        """This node's authorized_keys, known_hosts, ~/.ssh/config and /etc/hosts against every node's
-        real keys (what each node's mesh check read of itself): the all-pairs half of the SSH mesh,
-        without a login (plugins/module_utils/mesh_audit.py)."""
-        def summary(h):
-            node = ctx.var.hostvar(h, "verify_node_result") or {}
-            return ((node.get("data") or {}).get("mesh") or {}).get("summary")
-        own = summary(ctx.host)
-        if not own:  # the mesh result was a stage's (inside site.yml): the stage wrote and checked the files
-            return None
-        addr = ctx.plan.get("address_of") or {}
-        peers = [{"name": h, "address": addr.get(h, h), "identity": (summary(h) or {}).get("identity")}
-                 for h in ctx.hosts]
-        return {"checks": audit(ctx.host, own, peers, ctx.plan.get("ssh_port") or 2222, ctx.user())}
 
     def _landing(self, ctx, task_vars):
         """ssh <name> from this node lands in that node: from the mesh check's reports when they prove

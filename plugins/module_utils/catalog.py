@@ -74,8 +74,9 @@ class Context:
 class ClusterContext:
     """What a cluster entry sees: every node's kept data, what was reused, the variables."""
 
-    def __init__(self, order, data, reused, var, reuse):
+    def __init__(self, order, data, reused, var, reuse, plan=None):
         self.order = order        # node names, inventory order
+        self.plan = plan if plan is not None else {}  # cluster_plan
         self.data = data          # node -> entry name -> what its keep() kept
         self.reused = reused      # node -> [entry names taken from a stage result]
         self.var = var            # the controller's variables (var.hostvar(host, name) for a node's)
@@ -365,6 +366,25 @@ def _cluster_compare(cc):
     return list(compare_checks(compare, compared).values()), {"differing_nodes": list(compare.get("differing_hosts") or [])}
 
 
+def _cluster_mesh_files(cc):
+    """Each node's authorized_keys, known_hosts, ~/.ssh/config and /etc/hosts against every node's real
+    keys (what each node's mesh check read of itself): the all-pairs half of the SSH mesh, without a
+    login (mesh_audit). A node whose mesh result was a stage's (inside site.yml) has no summary: that
+    stage wrote and checked the files in this run."""
+    summaries = {h: s for h, s in cc.values("mesh", "summary").items() if isinstance(s, dict)}
+    if not summaries:
+        return [], {}
+    addr = cc.plan.get("address_of") or {}
+    peers = [{"name": h, "address": addr.get(h, h), "identity": (summaries.get(h) or {}).get("identity")}
+             for h in cc.order]
+    port, user = cc.plan.get("ssh_port") or 2222, cc.plan.get("user") or ""
+    out = []
+    for h in cc.order:
+        if h in summaries:
+            out += [dict(c, node=h) for c in mesh_audit.audit(h, summaries[h], peers, port, user)]
+    return out, {}
+
+
 def _cluster_gpu_count(cc):
     counts = {h: (g or {}).get("gpu_count") or 0 for h, g in cc.values("gpu_health", "gpu_health").items()}
     expected = int(cc.var("gpu_health_expected_gpus") or 0)
@@ -426,9 +446,9 @@ CATALOG = [
          module="provision.cluster.ssh_mesh_check", stage="ssh_mesh", args=_mesh_args,
          reuse=_reuse_final("ssh_mesh_result"), keep=_keep_mesh),
     # every node's files against every node's real keys (the all-pairs half of the mesh, no login):
-    # computed on the controller from the mesh entry's summaries (verify_node phase peers)
+    # computed once on the controller from the mesh entry's summaries (verify_report)
     Spec("mesh_files", "ssh files", "every node's key authorized and host keys known on every node (no login)",
-         phase=PEERS, group="mesh", needs=("mesh",), stage="ssh_mesh", default=False),
+         phase=CLUSTER, group="mesh", needs=("mesh",), stage="ssh_mesh", cluster=_cluster_mesh_files, default=False),
     Spec("pdsh", "pdsh", "pdsh present, hosts file as the inventory, reaching the ring's nodes (every node with --full)",
          module="provision.cluster.pdsh_config", stage="pdsh", args=_pdsh_args, reuse=_reuse_pdsh),
     Spec("env", "env block", "the ~/.bashrc env block seen by non-interactive ssh", module="provision.cluster.shell_env_check",
