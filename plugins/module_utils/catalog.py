@@ -314,7 +314,8 @@ def _mesh_block(ctx):
 
 
 def _mesh_args(ctx):
-    return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(), "connect_timeout": 5, "timeout": 30,
+    # connect_timeout covers the banner exchange: 5 s failed healthy lab nodes on a host at load 100
+    return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(), "connect_timeout": 10, "timeout": 40,
             "landing": True, "summary": True, "block_name": _mesh_block(ctx),
             "key_file": str(ctx.var("ssh_mesh_key_file") or ".ssh/id_ed25519"),
             "hosts_file": str(ctx.var("ssh_mesh_hosts_file") or "/etc/hosts")}
