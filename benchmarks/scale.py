@@ -13,6 +13,7 @@
 of each against the smallest N: (X_N / ref_N) / (X_2 / ref_2); 1.0 is a cost per node flat in N.
 
     python benchmarks/scale.py [--nodes 2 8 32] [--repeat 3] [--repeat-large 2] [--out FILE] [--keep]
+    python benchmarks/scale.py --skip-first ...   # the labs of an interrupted run, converged: time only
 
 Each row is printed (JSON) as soon as it is measured and appended to --out, so an interrupted run
 keeps what it measured. The load average of the machine is recorded before and after each phase.
@@ -24,6 +25,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -68,9 +70,34 @@ def verify(env: dict[str, str]) -> tuple[float, int, int]:
     return secs, proc.returncode, len(doc.get("checks", []))
 
 
+ELAPSED = re.compile(r"\(\d+:\d+:[\d.]+\)\s+(\d+):(\d+):([\d.]+) \*+\s*$", re.M)
+
+
+def first_from_log(row: dict) -> dict:
+    """A fresh site.yml already run by an earlier `scale.py` (its log /tmp/scale-site-first-<lab>.log):
+    its wall time (the profile_tasks clock on its last line), failures and wheel bytes."""
+    text = Path(f"/tmp/scale-site-first-{row['lab']}.log").read_text(encoding="utf-8", errors="replace")
+    recap = RECAP.findall(text)
+    clock = ELAPSED.findall(text)
+    h, m, sec = clock[-1] if clock else ("0", "0", "0")
+    per_node = wheel_bytes(row["lab"])
+    return dict(site_first_s=round(int(h) * 3600 + int(m) * 60 + float(sec), 1),
+                site_first_rc=0 if recap and not any(int(r[3]) or int(r[4]) for r in recap) else 1,
+                site_first_changed=sum(int(r[2]) for r in recap), site_first_from_log=True,
+                wheel_bytes={"controller": sum(v["controller"] for v in per_node.values()),
+                             "peer": sum(v["peer"] for v in per_node.values()), "nodes": len(per_node)})
+
+
 def converge_all(nodes: list[int], args) -> dict[int, dict]:
     """Fresh labs, then site.yml on all of them at once; per N: lab_up_s, site_first_s, wheel_bytes."""
     rows: dict[int, dict] = {}
+    if args.skip_first:
+        for n in nodes:
+            rows[n] = {"nodes": n, "lab": f"{args.prefix}{n}", "load_before": load()}
+            rows[n].update(first_from_log(rows[n]))
+            print(json.dumps({k: rows[n][k] for k in ("nodes", "site_first_s", "site_first_rc", "wheel_bytes")}),
+                  flush=True)
+        return rows
     for n in nodes:
         lab = f"{args.prefix}{n}"
         env = env_for(lab)
@@ -137,6 +164,9 @@ def main() -> int:
     ap.add_argument("--out", default="", help="append each row (JSON) to this file")
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
     ap.add_argument("--reuse-labs", action="store_true", help="use a lab that is up as it is")
+    ap.add_argument("--skip-first", action="store_true",
+                    help="the labs are up and converged by an earlier run: take its fresh site.yml figures from "
+                         "its logs (/tmp/scale-site-first-LAB.log) and the fact cache, and only time")
     args = ap.parse_args()
     t0 = time.monotonic()
     rows = converge_all(args.nodes, args)
