@@ -106,7 +106,9 @@ class ActionModule(ActionBase):
         """ssh <name> from this node lands in that node: from the mesh check's reports when they prove
         every pair (no new connection), else with the ssh_landing module on the node."""
         peers, reports = [], {}
-        for h in ctx.hosts:
+        # the ring's nodes (every node with verify_matrix: full); that every other name points at its
+        # node's address is the mesh_files check's (~/.ssh/config, /etc/hosts) and nccl's (resolution)
+        for h in ctx.ring():
             node = ctx.var.hostvar(h, "verify_node_result") or {}
             ident = ((node.get("data") or {}).get("runtime") or {}).get("identity")
             if ident:

@@ -142,7 +142,7 @@ class ActionModule(ActionBase):
                 nodes[h]["checks"].insert(0, c)
 
         extra = {}
-        cc = K.ClusterContext(order, data_of, reused_of, var, reuse)
+        cc = K.ClusterContext(order, data_of, reused_of, var, reuse, plan=plan)
         for name in entries:
             spec = K.BY_NAME[name]
             if spec.phase != K.CLUSTER or not spec.cluster:

@@ -15,7 +15,7 @@ MODULE = "provision.cluster.wheelhouse_sync"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = True
-    _VALID_ARGS = frozenset(("src", "path", "files"))
+    _VALID_ARGS = frozenset(("src", "path", "files", "peer_url", "peer_timeout"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -26,8 +26,19 @@ class ActionModule(ActionBase):
         # 1. compare (read-only on the node apart from making the directory)
         state = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
         missing = state.get("missing") or []
+        peer = {}
+        if missing and args.get("peer_url") and not state.get("failed") and not self._task.check_mode:
+            # 1b. from a node that has them, over the cluster network (sha256-checked on the node)
+            peer = self._execute_module(module_name=MODULE, module_args=dict(args, fetch=True), task_vars=task_vars)
+            if peer.get("failed"):
+                return dict(result, **peer)
+            missing = peer.get("missing") or []
+            state = peer
         if state.get("failed") or not missing or self._task.check_mode:
             result.update(state)
+            result["bytes_from_controller"] = 0
+            if peer.get("fetched"):
+                result["changed"] = True
             return result
         # 2. transfer only what is missing into a private staging directory
         staged = self._make_tmp_path()
@@ -45,4 +56,8 @@ class ActionModule(ActionBase):
         result.update(adopted)
         result["copied"] = missing
         result["changed"] = True
+        for key in ("fetched", "bytes_from_peer", "peer_errors"):
+            if key in peer:
+                result[key] = peer[key]
+        result["bytes_from_controller"] = sum(os.path.getsize(os.path.join(src, n)) for n in missing)
         return result

@@ -19,7 +19,7 @@ so no default is restated here. Controller-side only (the action plugins and the
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils import consistency, fabric_health, gpu_health
+from ansible_collections.provision.cluster.plugins.module_utils import consistency, fabric_health, gpu_health, mesh_audit
 from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome, env_python
 
 
@@ -59,6 +59,14 @@ class Context:
         return {"name": master, "address": (self.plan.get("address_of") or {}).get(master, master),
                 "port": int(self.plan.get("master_port") or 29500)}
 
+    def full_matrix(self):
+        """verify_matrix: full (provision verify --full): every node logs in to every node."""
+        return str(self.var("verify_matrix") or "ring").lower() == "full"
+
+    def ring(self):
+        """The nodes this node logs in to (mesh_audit.ring_targets): all of them with full_matrix()."""
+        return mesh_audit.ring_targets(self.hosts, self.host, self.full_matrix())
+
     def python(self):
         """The training environment's interpreter (verify_python, else the python_env role's)."""
         return self.var("verify_python") or env_python_of(self.var)
@@ -67,8 +75,9 @@ class Context:
 class ClusterContext:
     """What a cluster entry sees: every node's kept data, what was reused, the variables."""
 
-    def __init__(self, order, data, reused, var, reuse):
+    def __init__(self, order, data, reused, var, reuse, plan=None):
         self.order = order        # node names, inventory order
+        self.plan = plan if plan is not None else {}  # cluster_plan
         self.data = data          # node -> entry name -> what its keep() kept
         self.reused = reused      # node -> [entry names taken from a stage result]
         self.var = var            # the controller's variables (var.hostvar(host, name) for a node's)
@@ -293,8 +302,33 @@ def _adjust_in_effect(node, c, ctx):
 
 
 def _keep_mesh(result):
-    return {"row": result.get("row") or [], "reports": result.get("reports") or {},
-            "landing": result.get("landing")}
+    out = {"row": result.get("row") or [], "reports": result.get("reports") or {}, "landing": result.get("landing")}
+    if result.get("summary"):
+        out["summary"] = result["summary"]
+    return out
+
+
+def _mesh_block(ctx):
+    """ssh_mesh_block_name; its role default is a template (the cluster group), which a role default
+    read from the file is not rendered as (ansible-core 2.19 renders trusted templates only)."""
+    block = str(ctx.var("ssh_mesh_block_name") or "")
+    return block if block and "{{" not in block else str(ctx.var("cluster_group") or "cluster")
+
+
+def _mesh_args(ctx):
+    # connect_timeout covers the banner exchange: 5 s failed healthy lab nodes on a host at load 100
+    return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(), "connect_timeout": 10, "timeout": 40,
+            "landing": True, "summary": True, "block_name": _mesh_block(ctx),
+            "key_file": str(ctx.var("ssh_mesh_key_file") or ".ssh/id_ed25519"),
+            "hosts_file": str(ctx.var("ssh_mesh_hosts_file") or "/etc/hosts")}
+
+
+def _pdsh_args(ctx):
+    out = {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
+           "connect_timeout": 10, "command_timeout": 30, "node": ctx.host}
+    if not ctx.full_matrix():
+        out["targets"] = ctx.ring()
+    return out
 
 
 def _keep_runtime(result):
@@ -333,6 +367,25 @@ def _cluster_compare(cc):
     if not compare:
         compare, _msg = compare_outcome(versions, compared, fail=False)
     return list(compare_checks(compare, compared).values()), {"differing_nodes": list(compare.get("differing_hosts") or [])}
+
+
+def _cluster_mesh_files(cc):
+    """Each node's authorized_keys, known_hosts, ~/.ssh/config and /etc/hosts against every node's real
+    keys (what each node's mesh check read of itself): the all-pairs half of the SSH mesh, without a
+    login (mesh_audit). A node whose mesh result was a stage's (inside site.yml) has no summary: that
+    stage wrote and checked the files in this run."""
+    summaries = {h: s for h, s in cc.values("mesh", "summary").items() if isinstance(s, dict)}
+    if not summaries:
+        return [], {}
+    addr = cc.plan.get("address_of") or {}
+    peers = [{"name": h, "address": addr.get(h, h), "identity": (summaries.get(h) or {}).get("identity")}
+             for h in cc.order]
+    port, user = cc.plan.get("ssh_port") or 2222, cc.plan.get("user") or ""
+    out = []
+    for h in cc.order:
+        if h in summaries:
+            out += [dict(c, node=h) for c in mesh_audit.audit(h, summaries[h], peers, port, user)]
+    return out, {}
 
 
 def _cluster_gpu_count(cc):
@@ -389,15 +442,18 @@ CATALOG = [
          args=lambda ctx: {"ports": [int(ctx.plan.get("master_port") or 29500)], "expect": "free"},
          reuse=_reuse_checks("preflight_result"),
          adjust=lambda node, c, ctx: dict(c, check="%s free" % c["check"])),
-    Spec("mesh", "ssh mesh", "SSH mesh N x N including self (BatchMode, real host keys); ~/.ssh modes sshd accepts",
-         module="provision.cluster.ssh_mesh_check", stage="ssh_mesh",
-         args=lambda ctx: {"source": ctx.host, "user": ctx.user(), "nodes": ctx.hosts, "connect_timeout": 5,
-                           "timeout": 30, "landing": True},
+    Spec("mesh", "ssh mesh",
+         "SSH logins on a ring (itself, the next node, the node half the ring away; N x N with --full), BatchMode, "
+         "real host keys; every pair's keys, known_hosts, ~/.ssh/config and /etc/hosts entries compared with the "
+         "nodes' real keys; ~/.ssh modes sshd accepts",
+         module="provision.cluster.ssh_mesh_check", stage="ssh_mesh", args=_mesh_args,
          reuse=_reuse_final("ssh_mesh_result"), keep=_keep_mesh, local=False),
-    Spec("pdsh", "pdsh", "pdsh present and reaching every node", module="provision.cluster.pdsh_config", stage="pdsh",
-         args=lambda ctx: {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
-                           "connect_timeout": 10, "command_timeout": 30, "node": ctx.host},
-         reuse=_reuse_pdsh, local=False),
+    # every node's files against every node's real keys (the all-pairs half of the mesh, no login):
+    # computed once on the controller from the mesh entry's summaries (verify_report)
+    Spec("mesh_files", "ssh files", "every node's key authorized and host keys known on every node (no login)",
+         phase=CLUSTER, group="mesh", needs=("mesh",), stage="ssh_mesh", cluster=_cluster_mesh_files, default=False, local=False),
+    Spec("pdsh", "pdsh", "pdsh present, hosts file as the inventory, reaching the ring's nodes (every node with --full)",
+         module="provision.cluster.pdsh_config", stage="pdsh", args=_pdsh_args, reuse=_reuse_pdsh, local=False),
     Spec("env", "env block", "the ~/.bashrc env block seen by non-interactive ssh", module="provision.cluster.shell_env_check",
          stage="shell_env",
          args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host, "timeout": 10},

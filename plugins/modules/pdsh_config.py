@@ -25,6 +25,12 @@ options:
     type: list
     elements: str
     required: true
+  targets:
+    description:
+      - Run C(pdsh -w T1,T2 hostname) to these nodes only (of O(hosts)) instead of C(-w ^hosts_file)
+        (provision verify's ring; the hosts file is still compared with O(hosts)).
+    type: list
+    elements: str
   hosts_file:
     description: The pdsh hosts file (C(pdsh -w ^FILE)); C(WCOLL) points at it too.
     type: path
@@ -125,6 +131,7 @@ def main():
             connect_timeout=dict(type="int", default=10),
             command_timeout=dict(type="int", default=30),
             node=dict(type="str"),
+            targets=dict(type="list", elements="str"),
         ),
         supports_check_mode=True,
     )
@@ -154,8 +161,10 @@ def main():
         kwargs, error = as_user(p["user"], {"PDSH_RCMD_TYPE": "ssh"})
         if error:
             module.fail_json(msg=error)
+        # targets: the nodes to reach (provision verify's ring); the hosts file is compared with hosts above
+        targets = [t for t in p["targets"] if t in p["hosts"]] if p["targets"] else None
         argv = [pdsh, "-t", str(p["connect_timeout"]), "-u", str(p["command_timeout"]),
-                "-w", "^" + p["hosts_file"], "hostname"]
+                "-w", ",".join(targets) if targets else "^" + p["hosts_file"], "hostname"]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, check=False,
                                   timeout=p["connect_timeout"] + p["command_timeout"] + 5, **kwargs)
@@ -164,7 +173,10 @@ def main():
             out, err = "", "pdsh@%s: all: timed out" % socket.gethostname()
         answers, errors, fixes = parse_pdsh_output(out, err)
         expect = p["expect_hostnames"] or p["hosts"]
-        missing = missing_answers(p["hosts"], expect, answers, errors)
+        reached = targets or p["hosts"]
+        if targets:
+            expect = [expect[p["hosts"].index(t)] if p["hosts"].index(t) < len(expect) else t for t in targets]
+        missing = missing_answers(reached, expect, answers, errors)
         source = socket.gethostname()
         # pdsh runs ssh: when ssh said why (host key changed, key not authorized, ...), its fix
         ssh_fixes = sorted({fix for cls, fix in fixes.values()})
@@ -173,7 +185,8 @@ def main():
             fix = "ssh from %s failed: %s" % (source, ssh_fixes[0])
         result.update(answers=answers, missing=missing, checked=True, checks=[{
             "check": "pdsh from %s" % source, "status": "fail" if missing else "pass",
-            "detail": "; ".join(missing) or "%d/%d nodes answered" % (len(answers), len(p["hosts"])),
+            "detail": "; ".join(missing) or "%d/%d nodes answered%s" % (
+                len(answers), len(reached), " (pdsh -w %s)" % ",".join(targets) if targets else ""),
             "fix": "%s; try `PDSH_RCMD_TYPE=ssh pdsh -w ^%s hostname`" % (fix, p["hosts_file"]) if missing else ""}])
     module.exit_json(**result)
 

@@ -67,6 +67,30 @@ options:
     type: list
     elements: dict
     default: []
+  summary:
+    description:
+      - Also read this node's own identity (host public keys in O(host_keys_dir), O(user)'s public key
+        O(key_file)) and its SSH files (known_hosts, authorized_keys, the O(block_name) block of
+        ~/.ssh/config, O(hosts_file)) as fingerprints and names, returned as C(summary), so that the
+        controller checks every pair against every node's real keys without logging in (provision verify).
+    type: bool
+    default: false
+  block_name:
+    description: The ssh_mesh role's managed block name (its C(ssh_mesh_block_name)).
+    type: str
+    default: cluster
+  key_file:
+    description: O(user)'s key file, relative to the home directory (the public key is C(KEY_FILE.pub)).
+    type: str
+    default: .ssh/id_ed25519
+  hosts_file:
+    description: The hosts file the ssh_mesh role writes its block into.
+    type: path
+    default: /etc/hosts
+  host_keys_dir:
+    description: Where sshd's host keys are.
+    type: path
+    default: /etc/ssh
 extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
@@ -128,12 +152,20 @@ landing:
       returns it) when this row covers every peer; else null.
   returned: always
   type: dict
+summary:
+  description:
+    - With O(summary), C(identity) (host key and user key fingerprints, hostname), C(known_hosts)
+      (pattern -> fingerprints), C(authorized_keys) (fingerprint -> options), C(ssh_config) (name ->
+      hostname/port/user of the managed block), C(hosts) (name -> address).
+  returned: with summary
+  type: dict
 user:
   description: The user ssh ran as (O(user); empty for the module's own user).
   returned: always
   type: str
 """
 
+import glob
 import os
 import pwd
 import socket
@@ -142,8 +174,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
 from ansible_collections.provision.cluster.plugins.module_utils.landing import (
     LANDING_SCRIPT, landing_checks, landing_pair, parse_landing_report)
+from ansible_collections.provision.cluster.plugins.module_utils.mesh_audit import summarize
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
     classify_ssh_error, strict_modes_check, strict_modes_problems)
 from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
@@ -231,6 +265,11 @@ def main():
             retries=dict(type="int", default=1),
             landing=dict(type="bool", default=False),
             landing_peers=dict(type="list", elements="dict", default=[]),
+            summary=dict(type="bool", default=False),
+            block_name=dict(type="str", default="cluster"),
+            key_file=dict(type="str", default=".ssh/id_ed25519"),
+            hosts_file=dict(type="path", default="/etc/hosts"),
+            host_keys_dir=dict(type="path", default="/etc/ssh"),
         ),
         supports_check_mode=True,
     )
@@ -269,8 +308,19 @@ def main():
     problems = strict_modes_problems(pw.pw_uid, entries)
     if problems:
         checks.append(strict_modes_check(p["source"], pw.pw_name, pw.pw_dir, problems))
+    extra = {}
+    if p["summary"]:
+        ssh_dir = os.path.join(pw.pw_dir, ".ssh")
+        key_file = p["key_file"] if os.path.isabs(p["key_file"]) else os.path.join(pw.pw_dir, p["key_file"])
+        host_keys = [read_text(k, "").strip() for k in sorted(glob.glob(os.path.join(p["host_keys_dir"], "ssh_host_*_key.pub")))]
+        extra["summary"] = summarize(host_keys, read_text(key_file + ".pub", "").strip(), socket.gethostname(),
+                                     read_text(os.path.join(ssh_dir, "known_hosts"), ""),
+                                     read_text(os.path.join(ssh_dir, "authorized_keys"), ""),
+                                     read_text(os.path.join(ssh_dir, "config"), ""),
+                                     read_text(p["hosts_file"], ""), p["block_name"])
     module.exit_json(changed=False, row=row, cells={c["target"]: "ok" if c["ok"] else c["error"] for c in row},
-                     failed_cells=failed, checks=checks, reports=reports, user=p["user"] or "", landing=landing)
+                     failed_cells=failed, checks=checks, reports=reports, user=p["user"] or "", landing=landing,
+                     **extra)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,21 @@ options:
     type: list
     elements: dict
     required: true
+  peer_url:
+    description:
+      - Fetch the missing wheels over HTTP from another node that has them (the python_env role serves
+        the first node's wheelhouse on its cluster address), instead of from the controller. Each file
+        is checked against the manifest's sha256 before it is moved into place; what the peer could not
+        give (unreachable, a short or different file) is then transferred from the controller.
+    type: str
+  peer_timeout:
+    description: Seconds to wait for the peer's server to answer, and per read.
+    type: int
+    default: 60
+  fetch:
+    description: Internal (set by the action plugin) fetch from O(peer_url) now.
+    type: bool
+    default: false
 extends_documentation_fragment: [provision.cluster.attributes]
 attributes:
   check_mode:
@@ -74,6 +89,11 @@ present:
 
 import json
 import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
@@ -101,12 +121,54 @@ def adopt(module, path, staged, want):
     return done
 
 
+def fetch(path, names, url, timeout):
+    """Download ``names`` from ``url`` into a staging directory under ``path``.
+    Returns (staging directory, bytes fetched, {name: error})."""
+    staged = tempfile.mkdtemp(prefix=".incoming-", dir=path)
+    got, errors = 0, {}
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            try:
+                with urllib.request.urlopen(url.rstrip("/") + "/" + urllib.request.quote(name), timeout=timeout) as r, \
+                        open(os.path.join(staged, name), "wb") as out:
+                    shutil.copyfileobj(r, out, 1 << 20)
+                got += os.path.getsize(os.path.join(staged, name))
+                break
+            except (urllib.error.URLError, OSError) as exc:
+                # the server may still be starting: connection refused is retried until the deadline
+                refused = "refused" in str(exc).lower()
+                if refused and time.monotonic() < deadline:
+                    time.sleep(0.3)
+                    continue
+                errors[name] = str(getattr(exc, "reason", exc))
+                try:
+                    os.unlink(os.path.join(staged, name))
+                except OSError:
+                    pass
+                break
+    return staged, got, errors
+
+
+def adopt_valid(path, staged, want, module):
+    """adopt() the staged files whose sha256 matches; the others are left out (and reported)."""
+    bad = {}
+    for name in sorted(os.listdir(staged)):
+        if name in want and P.sha256_file(os.path.join(staged, name)) != want[name]["sha256"]:
+            bad[name] = "sha256 differs from the manifest"
+            os.unlink(os.path.join(staged, name))
+    return adopt(module, path, staged, want), bad
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(path=dict(type="path", required=True),
                            files=dict(type="list", elements="dict", required=True),
                            src=dict(type="path"),
-                           staged=dict(type="path")),
+                           staged=dict(type="path"),
+                           peer_url=dict(type="str"),
+                           peer_timeout=dict(type="int", default=60),
+                           fetch=dict(type="bool", default=False)),
         supports_check_mode=True,
     )
     path, expected = module.params["path"], module.params["files"]
@@ -122,17 +184,32 @@ def main():
     want = {f["name"]: f for f in expected}
     if module.params["staged"]:
         cache.update(adopt(module, path, module.params["staged"], want))
-    # hash only files whose size already matches (a short or absent file is missing anyway)
-    candidates = [n for n in want if os.path.isfile(os.path.join(path, n))
-                  and os.path.getsize(os.path.join(path, n)) == want[n]["size"]]
-    records = P.file_records(path, candidates, cache)
-    missing = P.wheelhouse_diff(expected, records)
-    merged = dict(cache)
-    merged.update(records)
-    if merged != original:
-        FileWriter(module).write(cache_path, json.dumps(merged, indent=1, sort_keys=True))
+
+    def compare():
+        # hash only files whose size already matches (a short or absent file is missing anyway)
+        candidates = [n for n in want if os.path.isfile(os.path.join(path, n))
+                      and os.path.getsize(os.path.join(path, n)) == want[n]["size"]]
+        records = P.file_records(path, candidates, cache)
+        cache.update(records)
+        return P.wheelhouse_diff(expected, records)
+
+    missing = compare()
+    peer = {}
+    if missing and module.params["fetch"] and module.params["peer_url"] and not module.check_mode:
+        staged, got, errors = fetch(path, missing, module.params["peer_url"], module.params["peer_timeout"])
+        try:
+            done, bad = adopt_valid(path, staged, want, module)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        cache.update(done)
+        errors.update(bad)
+        peer = {"fetched": sorted(done), "bytes_from_peer": got, "peer_errors": errors}
+        missing = compare()
+    if cache != original:
+        FileWriter(module).write(cache_path, json.dumps(cache, indent=1, sort_keys=True))
     # in compare mode, files to copy are the change to come (check mode reports it)
-    module.exit_json(changed=changed or bool(missing), missing=missing, present=sorted(set(want) - set(missing)))
+    module.exit_json(changed=changed or bool(missing) or bool(peer.get("fetched")), missing=missing,
+                     present=sorted(set(want) - set(missing)), **peer)
 
 
 if __name__ == "__main__":

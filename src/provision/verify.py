@@ -52,10 +52,12 @@ def baseline_path(inventory: str, given: str | None = None) -> str | None:
 
 def build_command(inventory: str, *, checks: list[str], limit: str | None = None,
                   extra_vars: list[str] | None = None, baseline: str | None = None,
-                  save_baseline: bool = False) -> tuple[list[str], dict[str, str]]:
+                  save_baseline: bool = False, full: bool = False) -> tuple[list[str], dict[str, str]]:
     """argv and environment for ansible-playbook on playbooks/verify.yml."""
     own_vars = {"verify_fail_on_error": False, "verify_smoke": "smoke" in checks,
                 "verify_select": [n for n in checks if n != "smoke"]}
+    if full:  # N x N SSH and pdsh (else the inventory's verify_matrix, default the ring)
+        own_vars["verify_matrix"] = "full"
     if baseline and "smoke" in checks:
         own_vars.update(verify_baseline=baseline, verify_save_baseline=save_baseline)
     own = json.dumps(own_vars)
@@ -71,7 +73,7 @@ def exit_code(document: dict[str, Any]) -> int:
 def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), limit: str | None = None,
            smoke: bool = False, extra_vars: list[str] | None = None, timeout: float = 300,
            on_event: Callable[[dict[str, Any]], None] | None = None, baseline: str | None = None,
-           save_baseline: bool = False) -> dict[str, Any]:
+           save_baseline: bool = False, full: bool = False) -> dict[str, Any]:
     """Run the checks and return the document; VerifyError for usage/inventory problems,
     TimeoutError when the run passed its limit."""
     try:
@@ -83,7 +85,7 @@ def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), l
     if save_baseline and where is None:
         raise VerifyError(f"{inventory} is a host list: give --baseline FILE to keep the baseline in")
     argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars, baseline=where,
-                              save_baseline=save_baseline)
+                              save_baseline=save_baseline, full=full)
     run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True)
     if run.timed_out:
         raise TimeoutError(f"verify did not finish within {timeout:.0f} s (ansible-playbook was stopped)")

@@ -164,6 +164,9 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="Run only this check (repeatable); --list-checks names them.")
 @click.option("-l", "--limit", metavar="PATTERN", help="Only these hosts, as ansible-playbook --limit.")
 @click.option("--smoke", is_flag=True, help="Also run the all-reduce smoke test across the nodes.")
+@click.option("--full", is_flag=True,
+              help="SSH and pdsh from every node to every node (N x N logins; default: a ring, and every pair's keys "
+                   "compared in the files; inventory variable verify_matrix: full does the same).")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
               help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_toolchain_min_version=11.")
 @click.option("--save-baseline", is_flag=True,
@@ -182,7 +185,7 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="With --local (implied): SLURM's health check. Drain this node when a check fails (reason "
                    "'provision: <check>: <cause>'), resume it when all pass and the drain was ours (README).")
 @click.option("--node-name", metavar="NAME", help="This node's name [default: $SLURMD_NODENAME, else the short hostname].")
-def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool,
+def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool, full: bool,
             extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
             list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None) -> None:
     """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
@@ -204,7 +207,7 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
         _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name)
     timeout = timeout or 300
     with app.guard(), Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
-        doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke,
+        doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke, full=full,
                           extra_vars=list(extra_vars), timeout=timeout, on_event=progress, baseline=baseline,
                           save_baseline=save_baseline)
     if json_mode:

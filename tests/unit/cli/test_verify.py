@@ -43,6 +43,10 @@ def test_build_command_selection_limit_and_vars(tmp_path):
     assert env["ANSIBLE_CONFIG"].endswith("ansible.cfg")
     all_argv, _ = core.build_command(str(tmp_path), checks=core.select_checks([], True))
     assert json.loads(all_argv[all_argv.index("-e") + 1])["verify_smoke"] is True
+    # --full: N x N logins; without it the inventory's verify_matrix (default the ring) is left alone
+    full, _ = core.build_command(str(tmp_path), checks=["reach", "mesh"], full=True)
+    assert json.loads(full[full.index("-e") + 1])["verify_matrix"] == "full"
+    assert "verify_matrix" not in json.loads(argv[argv.index("-e") + 1])
 
 
 def fake_run(report, **kw):

@@ -112,6 +112,39 @@ def test_wheelhouse_sync_module_compare_and_adopt(tmp_path):
     assert bad["failed"] and "b.whl: sha256" in bad["msg"] and not (node / "b.whl").exists()
 
 
+def test_wheelhouse_sync_fetches_from_a_peer_and_checks_every_file(tmp_path):
+    """A node fetches the wheels it lacks from another node's server (python_env_wheel_peers); a file
+    the peer serves wrong is refused and left missing (the action then sends it from the controller)."""
+    import functools
+    import http.server
+    import threading
+
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "a.whl").write_bytes(b"wheel-a")
+    (seed / "b.whl").write_bytes(b"tampered")
+    files = [{"name": "a.whl", "size": 7, "sha256": P.sha256_file(str(seed / "a.whl"))},
+             {"name": "b.whl", "size": 7, "sha256": "0" * 64},
+             {"name": "c.whl", "size": 3, "sha256": "1" * 64}]  # the peer does not have it
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(seed))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        node = tmp_path / "node"
+        node.mkdir()
+        url = "http://127.0.0.1:%d/" % server.server_address[1]
+        got = _module("wheelhouse_sync", {"path": str(node), "files": files, "peer_url": url, "fetch": True,
+                                          "peer_timeout": 5})
+    finally:
+        server.shutdown()
+    assert got["fetched"] == ["a.whl"] and got["bytes_from_peer"] == 7 + 8
+    assert (node / "a.whl").read_bytes() == b"wheel-a" and not (node / "b.whl").exists()
+    assert got["missing"] == ["b.whl", "c.whl"]
+    assert "sha256" in got["peer_errors"]["b.whl"] and "c.whl" in got["peer_errors"]
+    assert not [p for p in node.iterdir() if p.name.startswith(".incoming-")]
+
+
 def test_pip_install_is_offline():
     argv = P.pip_install_argv("/opt/provision/venv/bin/python", ["torch==2.13.0"], "/var/cache/provision/wheelhouse")
     assert "--no-index" in argv and argv[argv.index("--find-links") + 1] == "/var/cache/provision/wheelhouse"

@@ -1,0 +1,224 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""The SSH fabric checked without N x N logins (provision verify's default pattern).
+
+What an all-pairs SSH matrix proves is split in two:
+
+- **logins on a ring** (``ring_targets``): each node logs in to itself, its successor in inventory
+  order and the node half the ring away. Every sshd then accepts a login from another node, every
+  client (its key, ~/.ssh/config, known_hosts, ssh binary) completes one to another node, and the
+  two halves of the cluster reach each other. That is what only a login proves.
+- **the all-pairs properties as local files** (``audit``): every node's authorized_keys holds every
+  node's user key, its known_hosts holds every node's real host keys under every name (and no other
+  key under those names), its ~/.ssh/config entry and /etc/hosts block point every name at that
+  node's address and port. Read on each node (``summarize``, in the mesh module), compared on the
+  controller with the keys each node reported of itself; no login needed.
+
+Given both, a login from any node to any other would succeed: the ring showed each mechanism works
+on every node, the files show every pair is configured. What neither shows (source-specific sshd
+rules: ``Match Address``, ``from=`` options, a firewall between two particular nodes on the SSH
+port; the NCCL check probes that port from every node) is what ``verify_matrix: full`` is for.
+No Ansible imports (unit-tested directly).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (markers, normalize_key,
+                                                                              port_pattern, split_block)
+
+
+def ring_targets(hosts, host, full=False):
+    """The nodes ``host`` logs in to: every node with ``full``, else itself, its successor and the
+    node half the ring away (fewer when the ring is short), in that order."""
+    hosts = list(hosts)
+    if full or host not in hosts:
+        return hosts
+    i, n = hosts.index(host), len(hosts)
+    out = []
+    for step in (0, 1, n // 2):
+        name = hosts[(i + step) % n]
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def fingerprint(key):
+    """'SHA256:...' of a public key line, as ssh-keygen -l prints it (None for a non-key)."""
+    k = normalize_key(key)
+    if not k:
+        return None
+    try:
+        blob = base64.b64decode(k.split()[1].encode(), validate=True)
+    except ValueError:
+        return None
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+# ---------------------------------------------------------------- reading the files (on the node)
+
+def parse_known_hosts(text):
+    """{host pattern: [fingerprints]} of plain known_hosts lines (hashed ones and markers left out)."""
+    out = {}
+    for line in (text or "").splitlines():
+        fields = line.strip().split()
+        if len(fields) < 3 or fields[0].startswith(("#", "@", "|")):
+            continue
+        fp = fingerprint(" ".join(fields[1:3]))
+        if not fp:
+            continue
+        for pat in fields[0].split(","):
+            out.setdefault(pat, [])
+            if fp not in out[pat]:
+                out[pat].append(fp)
+    return out
+
+
+_KEY_START = re.compile(r"(^|\s)((ssh-|ecdsa-|sk-)\S+\s+\S+)")
+
+
+def parse_authorized_keys(text):
+    """{fingerprint: options ('' for none)} of an authorized_keys file."""
+    out = {}
+    for line in (text or "").splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        m = _KEY_START.search(s)
+        if not m:
+            continue
+        fp = fingerprint(m.group(2))
+        if fp and fp not in out:
+            out[fp] = s[:m.start(2)].strip()
+    return out
+
+
+def parse_ssh_config_block(text, block):
+    """{name: {hostname, port, user}} of the Host entries in our managed block ``block``."""
+    _, body, _ = split_block(text or "", block)
+    out, current = {}, []
+    for line in body or []:
+        key, _, value = line.strip().partition(" ")
+        key, value = key.lower(), value.strip()
+        if key == "host":
+            current = value.split()
+            for name in current:
+                out[name] = {}
+        elif current and key in ("hostname", "port", "user"):
+            for name in current:
+                out[name][key] = value
+    return out
+
+
+def parse_hosts(text):
+    """{name: address} as the resolver reads /etc/hosts (the first line naming a name wins)."""
+    out = {}
+    for line in (text or "").splitlines():
+        fields = line.split("#", 1)[0].split()
+        for name in fields[1:]:
+            out.setdefault(name, fields[0])
+    return out
+
+
+def summarize(host_keys, user_key, hostname, known_hosts, authorized_keys, ssh_config, hosts, block):
+    """What the controller needs of one node: its own identity, and its files as fingerprints."""
+    begin, _ = markers(block)
+    return {
+        "identity": {"host_keys": [fp for fp in (fingerprint(k) for k in host_keys) if fp],
+                     "user_key": fingerprint(user_key or ""), "hostname": hostname},
+        "known_hosts": parse_known_hosts(known_hosts),
+        "authorized_keys": parse_authorized_keys(authorized_keys),
+        "ssh_config": parse_ssh_config_block(ssh_config, block),
+        "ssh_config_block": begin in (ssh_config or ""),
+        "hosts": parse_hosts(hosts),
+    }
+
+
+# ---------------------------------------------------------------- comparing (on the controller)
+
+STAGE_FIX = "run the ssh_mesh stage: ansible-playbook site.yml --tags ssh_mesh"
+
+
+def _names(name, address, hostname):
+    out = []
+    for n in (name, hostname, address):
+        if n and n not in out:
+            out.append(n)
+    return out
+
+
+def audit(node, summary, peers, port, user=""):
+    """Check records of ``node``'s SSH files against every peer's real keys.
+
+    summary: ``summarize`` of node. peers: [{name, address, identity}] (identity: the peer's own
+    ``summarize()["identity"]``; a peer without one is left out and named in the detail).
+    port: the cluster sshd port. Returns [check dict].
+    """
+    port = int(port)
+    known, auth = summary.get("known_hosts") or {}, summary.get("authorized_keys") or {}
+    config, hosts = summary.get("ssh_config") or {}, summary.get("hosts") or {}
+    unknown = [p["name"] for p in peers if not (p.get("identity") or {}).get("host_keys")]
+    usable = [p for p in peers if p["name"] not in unknown]
+    missing_key, optioned, kh_missing, kh_stale, cfg_bad, hosts_bad = [], [], [], [], [], []
+    for p in usable:
+        ident = p["identity"]
+        fp = ident.get("user_key")
+        if fp and fp not in auth:
+            missing_key.append("%s (%s)" % (p["name"], fp))
+        elif fp and auth.get(fp):
+            optioned.append("%s (%s)" % (p["name"], auth[fp]))
+        real = set(ident["host_keys"])
+        names = _names(p["name"], p.get("address"), ident.get("hostname"))
+        for n in names:
+            pat = port_pattern(n, port)
+            listed = known.get(pat) or []
+            if not real.intersection(listed):
+                kh_missing.append("%s under %s" % (p["name"], pat))
+            stale = [fp for fp in listed if fp not in real]
+            if stale:
+                kh_stale.append("%s under %s: %s (the node's keys: %s)" % (p["name"], pat, ", ".join(stale),
+                                                                            ", ".join(sorted(real))))
+        for n in names:
+            if n == p.get("address"):
+                continue
+            entry = config.get(n)
+            if not entry:
+                cfg_bad.append("%s: no Host entry" % n)
+            elif entry.get("hostname") != p.get("address") or str(entry.get("port")) != str(port):
+                cfg_bad.append("%s -> %s:%s, expected %s:%d" % (n, entry.get("hostname"), entry.get("port"),
+                                                                p.get("address"), port))
+            if n in hosts and hosts[n] != p.get("address"):
+                hosts_bad.append("%s -> %s, expected %s" % (n, hosts[n], p.get("address")))
+    out = []
+    suffix = "; not compared for %s (no identity: unreachable?)" % ", ".join(unknown) if unknown else ""
+    who = "%s's " % user if user else ""
+
+    def add(check, problems, ok_detail, fix, what):
+        if problems:
+            shown = "; ".join(problems[:8]) + (" (and %d more)" % (len(problems) - 8) if len(problems) > 8 else "")
+            out.append({"check": check, "status": "fail", "detail": "%s: %s%s" % (what, shown, suffix), "fix": fix})
+        else:
+            out.append({"check": check, "status": "pass", "detail": ok_detail + suffix, "fix": ""})
+
+    n = len(usable)
+    add("authorized_keys on %s" % node, missing_key, "%sauthorized_keys holds the keys of all %d nodes" % (who, n),
+        "%s --limit %s (it authorizes every node's key)" % (STAGE_FIX, node), "keys not authorized")
+    if optioned:
+        out.append({"check": "authorized_keys options on %s" % node, "status": "warn",
+                    "detail": "keys with options (from=, command=, ...: a login may still be refused from some nodes): "
+                              + "; ".join(optioned[:8]),
+                    "fix": "provision verify --full logs in from every node"})
+    add("known_hosts on %s" % node, kh_missing + kh_stale,
+        "every node's real host keys under each of its names (%d nodes)" % n,
+        "%s --limit %s (it records the real host keys and drops stale ones)" % (STAGE_FIX, node),
+        "host keys missing or not the node's")
+    if not summary.get("ssh_config_block") and not config:
+        cfg_bad = ["no provision block in ~/.ssh/config"]
+    add("ssh config on %s" % node, cfg_bad + hosts_bad,
+        "~/.ssh/config and /etc/hosts point every node name at its address and port",
+        "%s --limit %s (Host entries and the /etc/hosts block)" % (STAGE_FIX, node), "names pointing elsewhere")
+    return out
