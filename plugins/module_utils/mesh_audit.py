@@ -28,8 +28,8 @@ import base64
 import hashlib
 import re
 
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (markers, normalize_key,
-                                                                              port_pattern, split_block)
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
+    markers, normalize_key, port_pattern, split_block)
 
 
 def ring_targets(hosts, host, full=False):
@@ -99,10 +99,10 @@ def parse_authorized_keys(text):
 
 def parse_ssh_config_block(text, block):
     """{name: {hostname, port, user}} of the Host entries in our managed block ``block``."""
-    _, body, _ = split_block(text or "", block)
+    body = split_block(text or "", block)[1]
     out, current = {}, []
     for line in body or []:
-        key, _, value = line.strip().partition(" ")
+        key, _sep, value = line.strip().partition(" ")
         key, value = key.lower(), value.strip()
         if key == "host":
             current = value.split()
@@ -126,7 +126,7 @@ def parse_hosts(text):
 
 def summarize(host_keys, user_key, hostname, known_hosts, authorized_keys, ssh_config, hosts, block):
     """What the controller needs of one node: its own identity, and its files as fingerprints."""
-    begin, _ = markers(block)
+    begin = markers(block)[0]
     return {
         "identity": {"host_keys": [fp for fp in (fingerprint(k) for k in host_keys) if fp],
                      "user_key": fingerprint(user_key or ""), "hostname": hostname},
@@ -180,8 +180,8 @@ def audit(node, summary, peers, port, user=""):
                 kh_missing.append("%s under %s" % (p["name"], pat))
             stale = [fp for fp in listed if fp not in real]
             if stale:
-                kh_stale.append("%s under %s: %s (the node's keys: %s)" % (p["name"], pat, ", ".join(stale),
-                                                                            ", ".join(sorted(real))))
+                kh_stale.append("%s under %s: %s (the node's keys: %s)"
+                                % (p["name"], pat, ", ".join(stale), ", ".join(sorted(real))))
         for n in names:
             if n == p.get("address"):
                 continue

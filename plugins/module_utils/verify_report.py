@@ -55,8 +55,8 @@ def unreachable(node, conn, message=""):
                 "connect (reimaged, replaced, or someone in between)" % (node, presented[1], presented[0], was),
                 "if %s was reimaged, compare %s with the console's `ssh-keygen -lf /etc/ssh/ssh_host_%s_key.pub` "
                 "and accept it on purpose: provision bootstrap -i INV --limit %s --replace-host-key %s; if not, "
-                "find out who answers at %s before anything else" % (node, presented[1], presented[0].lower(), node,
-                                                                      presented[1], where))
+                "find out who answers at %s before anything else"
+                % (node, presented[1], presented[0].lower(), node, presented[1], where))
     if cls in ("host_key_changed", "host_key_missing"):
         return (detail, "the node's host key is not the one recorded (reimaged?): check its fingerprint at the "
                         "console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and accept it on purpose: "

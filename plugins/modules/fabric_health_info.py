@@ -134,7 +134,6 @@ from ansible_collections.provision.cluster.plugins.module_utils.procs import run
 MAX_INTERVAL = 60
 
 
-
 def acs_pairs(sys_root, gpus, devices):
     """[(gpu, nic, bridges)] for every GPU and RDMA NIC that share a PCIe bridge."""
     pairs = []

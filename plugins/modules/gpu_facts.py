@@ -123,8 +123,6 @@ NCCL_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/li
              "/usr/local/nccl/lib", "/usr/local/lib", "/opt/nccl/lib"]
 
 
-
-
 def read_smi(module, timeout):
     """(smi dict, reason) from nvidia-smi; smi is None when there is no usable driver."""
     smi_bin = module.get_bin_path("nvidia-smi", opt_dirs=NVIDIA_BIN_DIRS)

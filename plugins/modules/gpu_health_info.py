@@ -183,8 +183,6 @@ NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/usr/
 MAX_LOAD_SECONDS = 60
 
 
-
-
 def read_kernel_log(module, root, timeout):
     """(text, source, reason): dmesg where the kernel lets this user read it, else journalctl -k."""
     restrict = read_attr(os.path.join(root, "proc", "sys", "kernel", "dmesg_restrict"))

@@ -93,9 +93,10 @@ import shutil
 import tempfile
 import time
 import urllib.error
-import urllib.request
+import urllib.parse
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError, open_url
 from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
 from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
 
@@ -130,12 +131,12 @@ def fetch(path, names, url, timeout):
     for name in names:
         while True:
             try:
-                with urllib.request.urlopen(url.rstrip("/") + "/" + urllib.request.quote(name), timeout=timeout) as r, \
+                with open_url(url.rstrip("/") + "/" + urllib.parse.quote(name), timeout=timeout) as r, \
                         open(os.path.join(staged, name), "wb") as out:
                     shutil.copyfileobj(r, out, 1 << 20)
                 got += os.path.getsize(os.path.join(staged, name))
                 break
-            except (urllib.error.URLError, OSError) as exc:
+            except (urllib.error.URLError, UrlConnectionError, OSError) as exc:
                 # the server may still be starting: connection refused is retried until the deadline
                 refused = "refused" in str(exc).lower()
                 if refused and time.monotonic() < deadline:
