@@ -87,11 +87,12 @@ def make_venv(version: str, base: Path, log: Path) -> tuple[Path, str]:
             raise RuntimeError("cannot create the venv")
         if run([py, "-m", "pip", "install", "-q", want], log=log, timeout=900) != 0:
             raise RuntimeError(f"pip install {want} failed")
-        purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
-        # after the venv's own packages: the test tools and the provision package of the checkout
-        Path(purelib, "zz_provision_matrix.pth").write_text(f"{main_site_packages()}\n{REPO / 'src'}\n")
         stamp.write_text(want + "\n")
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    # after the venv's own packages: the test tools and the provision package of this checkout (written
+    # on every run: the venvs are shared by every checkout on the machine)
+    Path(purelib, "zz_provision_matrix.pth").write_text(f"{main_site_packages()}\n{REPO / 'src'}\n")
     # the CLI the tests run (`provision ...`), with this venv's python, so with its ansible-core
     script = venv / "bin" / "provision"
     if not script.exists():
