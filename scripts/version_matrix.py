@@ -21,8 +21,12 @@ a fresh one quick). Output: one line per version, `ansible-core X.Y.Z: sanity ok
 ok (...), doc ok (...), lab ok (...)`; the exit status is 1 when any cell failed. Logs of each
 step are kept in --logs (default /tmp/provision-matrix).
 
+With --budget SECONDS a cell whose usual cost (COST) would end past the budget is not started and
+says so in its line; sanity and ansible-doc of every version run first, then the oldest version's
+units and lab run, then the others' (CI passes what is left of its time).
+
 Usage: python scripts/version_matrix.py [--versions 2.16,2.19] [--lab-versions oldest,newest|none]
-       [--skip sanity,units,doc,lab] [--lab-prefix hc-]
+       [--skip sanity,units,doc,lab] [--lab-prefix hc-] [--budget SECONDS]
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ MAIN_VENV = REPO / ".venv"
 DEFAULT_VERSIONS = ["2.16", "2.17", "2.18", "2.19"]
 PLUGIN_TYPES = ["module", "inventory", "lookup", "filter", "cache", "callback"]
 CELLS = ["sanity", "units", "doc", "lab"]
+# a cell's usual cost on the 2-core CI machine (seconds), for --budget
+COST = {"sanity": 180, "doc": 60, "units": 360, "lab": 1200}
 
 
 def log_path(logs: Path, version: str, cell: str) -> Path:
@@ -213,6 +219,8 @@ def main() -> int:
     ap.add_argument("--main-covers", action="store_true",
                     help="scripts/test.sh already ran (and passed) with the checkout's .venv: for the version it has, "
                          "the units and lab cells are that run's (the same tests, site.yml on a 2-node lab in test_site)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds this run may take: a cell whose usual cost would go past it is reported as not run")
     ap.add_argument("--venvs", default=os.path.expanduser("~/.cache/provision/matrix"))
     ap.add_argument("--logs", default="/tmp/provision-matrix")
     args = ap.parse_args()
@@ -236,44 +244,57 @@ def main() -> int:
     if args.main_covers:
         main_core = subprocess.run([str(MAIN_VENV / "bin" / "python"), "-c", "import ansible.release as r; print(r.__version__)"],
                                    capture_output=True, text=True, check=True).stdout.strip()
-    lines, all_ok = [], True
+    # what runs first when time is short (--budget): sanity and ansible-doc of every version, then the
+    # oldest version's units and lab run (the claim's lower bound), then the others' units and labs
+    plan = [(v, c) for v in versions for c in ("sanity", "doc")]
+    for v in versions:
+        plan += [(v, "units")] + ([(v, "lab")] if v in lab_versions else [])
+    results: dict[tuple[str, str], str] = {}
+    venvs: dict[str, tuple[Path, str] | None] = {}
+    all_ok = True
     try:
-        for version in versions:
-            for old in logs.glob(f"{version}-*.log"):
-                old.unlink()
-            t0 = time.monotonic()
-            try:
-                venv, exact = make_venv(version, base, log_path(logs, version, "venv"))
-            except (RuntimeError, subprocess.CalledProcessError) as exc:
-                line = f"ansible-core {version}: venv failed ({exc}; {log_path(logs, version, 'venv')})"
-                print(line, flush=True)
-                lines.append(line)
-                all_ok = False
-                continue
-            cells = [f"venv {time.monotonic() - t0:.0f} s"]
-            for cell in CELLS:
-                if cell in skip or (cell == "lab" and version not in lab_versions):
-                    cells.append(f"{cell} -")
-                    continue
-                if cell in ("units", "lab") and exact == main_core:
-                    cells.append(f"{cell} ok (scripts/test.sh, same ansible-core)")
-                    continue
-                log = log_path(logs, version, cell)
+        for version, cell in plan:
+            if version not in venvs:
+                for old in logs.glob(f"{version}-*.log"):
+                    old.unlink()
                 t0 = time.monotonic()
                 try:
-                    if cell == "lab":
-                        ok, what = cell_lab(venv, version, log, work, args.lab_prefix)
-                    else:
-                        ok, what = globals()[f"cell_{cell}"](venv, version, log, work)
-                except Exception as exc:  # a broken cell is a failed cell, the others still run
-                    ok, what = False, f"{type(exc).__name__}: {exc}"
-                all_ok &= ok
-                cells.append(f"{cell} {'ok' if ok else 'FAIL'} ({what}; {time.monotonic() - t0:.0f} s)")
-            line = f"ansible-core {exact}: " + ", ".join(cells)
-            print(line, flush=True)
-            lines.append(line)
+                    venvs[version] = make_venv(version, base, log_path(logs, version, "venv"))
+                    results[(version, "venv")] = f"venv {time.monotonic() - t0:.0f} s"
+                except (RuntimeError, subprocess.CalledProcessError) as exc:
+                    venvs[version] = None
+                    results[(version, "venv")] = f"venv failed ({exc}; {log_path(logs, version, 'venv')})"
+                    all_ok = False
+            if venvs[version] is None:
+                continue
+            venv, exact = venvs[version]
+            if cell in skip or (cell == "lab" and version not in lab_versions):
+                results[(version, cell)] = f"{cell} -"
+                continue
+            if cell in ("units", "lab") and exact == main_core:
+                results[(version, cell)] = f"{cell} ok (scripts/test.sh, same ansible-core)"
+                continue
+            if args.budget is not None and time.monotonic() - start + COST[cell] > args.budget:
+                results[(version, cell)] = f"{cell} - (not run: over the --budget of {args.budget:.0f} s)"
+                continue
+            log = log_path(logs, version, cell)
+            t0 = time.monotonic()
+            try:
+                if cell == "lab":
+                    ok, what = cell_lab(venv, version, log, work, args.lab_prefix)
+                else:
+                    ok, what = globals()[f"cell_{cell}"](venv, version, log, work)
+            except Exception as exc:  # a broken cell is a failed cell, the others still run
+                ok, what = False, f"{type(exc).__name__}: {exc}"
+            all_ok &= ok
+            results[(version, cell)] = f"{cell} {'ok' if ok else 'FAIL'} ({what}; {time.monotonic() - t0:.0f} s)"
+            print(f"  {version} {results[(version, cell)]}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    for version in versions:
+        exact = (venvs.get(version) or (None, version))[1]
+        cells = [results[(version, c)] for c in ["venv", *CELLS] if (version, c) in results]
+        print(f"ansible-core {exact}: " + ", ".join(cells), flush=True)
     print(f"version matrix: {'all ok' if all_ok else 'FAILED'} in {time.monotonic() - start:.0f} s (logs in {logs})",
           flush=True)
     return 0 if all_ok else 1
