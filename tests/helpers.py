@@ -159,3 +159,24 @@ def lab_name(short: str) -> str:
     """A test lab's name: $PROVISION_TEST_LAB_PREFIX (default "t-") + short, so that two
     checkouts can run the lab tests on one machine at once without sharing labs."""
     return os.environ.get("PROVISION_TEST_LAB_PREFIX", "t-") + short
+
+
+def nodelist_inventory(path: Path, lab: str, first_address: str, body: str, python: str) -> Path:
+    """A provision.cluster.nodelist inventory file (BODY: its plugin/source lines) that reaches the
+    nodes of lab LAB over podman, with the lab's addresses (node N at .N+10 of FIRST_ADDRESS's subnet)."""
+    subnet = first_address.rsplit(".", 1)[0]
+    path.write_text(body + f"""
+address_template: "{subnet}.{{{{ number + 10 }}}}"
+vars:
+  ansible_connection: containers.podman.podman
+  ansible_host: "{lab}-{{{{ name }}}}"
+  ansible_user: root
+  launchers_python: {python}
+""")
+    return path
+
+
+def probe_lines(text: str) -> list[dict]:
+    """The `PROBE key=value ...` lines a test job printed (one per rank), as dicts."""
+    return [dict(kv.split("=", 1) for kv in line.split("PROBE ", 1)[1].split())
+            for line in text.splitlines() if "PROBE " in line]

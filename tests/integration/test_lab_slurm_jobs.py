@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, run_playbook, tool
+from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
@@ -117,22 +117,8 @@ def _sinfo(lab) -> dict[str, tuple[str, str]]:
     return {n: (t, e) for n, t, e in (line.split("|", 2) for line in out.splitlines() if line.strip())}
 
 
-def _probe_lines(text: str) -> list[dict]:
-    return [dict(kv.split("=", 1) for kv in line.split("PROBE ", 1)[1].split())
-            for line in text.splitlines() if "PROBE " in line]
-
-
 def _nodelist_inventory(lab, path: Path, body: str) -> Path:
-    subnet = lab.nodes[0]["address"].rsplit(".", 1)[0]
-    path.write_text(body + f"""
-address_template: "{subnet}.{{{{ number + 10 }}}}"
-vars:
-  ansible_connection: containers.podman.podman
-  ansible_host: "{lab.name}-{{{{ name }}}}"
-  ansible_user: root
-  launchers_python: {VENV}/bin/python
-""")
-    return path
+    return nodelist_inventory(path, lab.name, lab.nodes[0]["address"], body, f"{VENV}/bin/python")
 
 
 def test_salloc_nodelist_inventory_verifies_exactly_the_allocated_nodes(slurm3, tmp_path):
@@ -250,7 +236,7 @@ def test_rendered_sbatch_runs_the_two_node_job_through_srun(torch_nodes, tmp_pat
     job = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else "?"
     out = node_exec(slurm3.name, 1, f"cat {LAUNCH}/slurm-{job}.out", check=False).stdout
     assert proc.returncode == 0, f"sbatch: {proc.stdout}{proc.stderr}\njob output:\n{out[-4000:]}"
-    seen = _probe_lines(out)
+    seen = probe_lines(out)
     assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
         ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], out[-4000:]
     # one srun task per node (SLURM_PROCID 0 and 1), each a torchrun with one rank

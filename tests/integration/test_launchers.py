@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, ansible_env, lab_name, node_exec, run_playbook, tool
+from helpers import REPO, ansible_env, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
@@ -149,14 +149,6 @@ def test_files_rendered_on_every_node(rendered):
     assert _read(1, "torchrun-static.sh") != _read(2, "torchrun-static.sh")
 
 
-def _probe_lines(text: str) -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        if "PROBE " in line:
-            out.append(dict(kv.split("=", 1) for kv in line.split("PROBE ", 1)[1].split()))
-    return out
-
-
 def test_rendered_c10d_command_runs_on_both_nodes(rendered):
     # bounded, with room for a loaded 2-core host (the nodes and the controller share it)
     procs = [subprocess.Popen(["podman", "exec", f"{LAB}-node{n}", "timeout", "300",
@@ -164,7 +156,7 @@ def test_rendered_c10d_command_runs_on_both_nodes(rendered):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (1, 2)]
     outs = [p.communicate(timeout=360)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    seen = [_probe_lines(o) for o in outs]
+    seen = [probe_lines(o) for o in outs]
     # c10d orders nodes by host name: node1 gets rank 0, node2 rank 1; one process per node (1 slot)
     assert [(s[0]["host"], s[0]["rank"], s[0]["group_rank"]) for s in seen] == [("node1", "0", "0"),
                                                                               ("node2", "1", "1")], outs
@@ -183,7 +175,7 @@ def test_provision_launch_streams_prefixed_output(rendered):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if "PROBE " in ln]
     assert sorted(ln.split("]", 1)[0] + "]" for ln in lines) == ["[node1]", "[node2]"], proc.stdout
-    by_node = {ln.split("]", 1)[0].strip("[ "): _probe_lines(ln)[0] for ln in lines}
+    by_node = {ln.split("]", 1)[0].strip("[ "): probe_lines(ln)[0] for ln in lines}
     assert by_node["node1"]["rank"] == "0" and by_node["node2"]["rank"] == "1"
     assert {p["world"] for p in by_node.values()} == {"2"}
     print(f"provision launch (2 nodes, torchrun c10d): {took:.1f} s")
@@ -209,17 +201,8 @@ def test_provision_launch_usage_errors_exit_2(tmp_path):
 
 
 def _nodelist_inventory(tmp_path: Path, body: str) -> Path:
-    subnet = _lab_status()["nodes"][0]["address"].rsplit(".", 1)[0]
-    cfg = tmp_path / "lab.nodelist.yml"
-    cfg.write_text(body + f"""
-address_template: "{subnet}.{{{{ number + 10 }}}}"
-vars:
-  ansible_connection: containers.podman.podman
-  ansible_host: "{LAB}-{{{{ name }}}}"
-  ansible_user: root
-  launchers_python: {VENV}/bin/python
-""")
-    return cfg
+    return nodelist_inventory(tmp_path / "lab.nodelist.yml", LAB, _lab_status()["nodes"][0]["address"], body,
+                              f"{VENV}/bin/python")
 
 
 def test_nodelist_inventory_from_slurm_ranges_drives_the_lab(rendered, tmp_path):
@@ -369,7 +352,7 @@ def _run_launcher(launcher: str, program: str) -> tuple[subprocess.CompletedProc
     proc = _launch("--launcher", launcher, "--timeout", "480", "--", program, timeout=600)
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc, _probe_lines(proc.stdout), took
+    return proc, probe_lines(proc.stdout), took
 
 
 # ---- DeepSpeed's own runner over pdsh, with our hostfile -----------------------------------
