@@ -180,3 +180,21 @@ def probe_lines(text: str) -> list[dict]:
     """The `PROBE key=value ...` lines a test job printed (one per rank), as dicts."""
     return [dict(kv.split("=", 1) for kv in line.split("PROBE ", 1)[1].split())
             for line in text.splitlines() if "PROBE " in line]
+
+
+TORCH_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"
+
+
+def torch_wheelhouse() -> Path:
+    """torch 2.13.0 and numpy for lab nodes, downloaded once on the controller (cached between runs);
+    torch does not require numpy, but the nodes install both (torch warns without it)."""
+    import pytest
+
+    if not list(TORCH_WHEELHOUSE.glob("torch-2.13.0*.whl")) or not list(TORCH_WHEELHOUSE.glob("numpy-*.whl")):
+        TORCH_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
+                               str(TORCH_WHEELHOUSE), "torch==2.13.0", "numpy"], capture_output=True, text=True,
+                              timeout=900)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot build a torch 2.13.0 wheelhouse on the controller: {proc.stderr[-300:]}")
+    return TORCH_WHEELHOUSE

@@ -22,13 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool
+from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
 
 pytestmark = pytest.mark.lab
 
 VENV = "/opt/hs-venv"
 LAUNCH = "/root/.provision/launch"
-TORCH_WHEELS = Path.home() / ".cache" / "provision" / "wheelhouse-torch"
 HEALTHCHECK = "/usr/local/sbin/provision-healthcheck"
 
 PROBE = """\
@@ -41,16 +40,6 @@ print("PROBE host=%s rank=%d world=%d slurm_procid=%s sum=%d" % (socket.gethostn
       os.environ.get("SLURM_PROCID", "-"), int(t.item())), flush=True)
 dist.destroy_process_group()
 """
-
-
-def _torch_wheels() -> None:
-    """torch + numpy for the nodes (cached, shared with test_launchers)."""
-    if not list(TORCH_WHEELS.glob("torch-2.13.0*.whl")) or not list(TORCH_WHEELS.glob("numpy-*.whl")):
-        TORCH_WHEELS.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
-                               str(TORCH_WHEELS), "torch==2.13.0", "numpy"], capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0:
-            pytest.skip(f"cannot make a torch 2.13.0 wheelhouse: {proc.stderr[-300:]}")
 
 
 def _wheels(tmp: Path) -> Path:
@@ -102,10 +91,10 @@ def slurm3(lab_factory, tmp_path_factory):
 @pytest.fixture(scope="module")
 def torch_nodes(slurm3):
     """torch on node1 and node2 (the sbatch job's nodes), and the probe."""
-    _torch_wheels()
+    wheels = torch_wheelhouse()
     t0 = time.monotonic()
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda n: _install(slurm3.name, n, TORCH_WHEELS, "torch==2.13.0 numpy"), (1, 2)))
+        list(pool.map(lambda n: _install(slurm3.name, n, wheels, "torch==2.13.0 numpy"), (1, 2)))
     for n in (1, 2):
         node_exec(slurm3.name, n, f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF")
     print(f"torch on node1/node2 in {time.monotonic() - t0:.0f} s")

@@ -24,14 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, ansible_env, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool
+from helpers import REPO, ansible_env, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
 
 pytestmark = pytest.mark.lab
 
 LAB = lab_name("ln")
 VENV = "/opt/ln-venv"
 LAUNCH_DIR = "/root/.provision/launch"
-WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"
 DS_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-deepspeed"
 DEEPSPEED = "deepspeed==0.19.8"
 DS_DEPS = ["hjson", "ninja", "msgpack", "psutil", "py-cpuinfo", "pydantic", "tqdm", "einops", "packaging", "numpy"]
@@ -79,17 +78,6 @@ time.sleep(600)
 """
 
 
-def _wheelhouse() -> Path:
-    # torch does not require numpy, but the nodes install both (torch warns without it)
-    if not list(WHEELHOUSE.glob("torch-2.13.0*.whl")) or not list(WHEELHOUSE.glob("numpy-*.whl")):
-        WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
-                               str(WHEELHOUSE), "torch==2.13.0", "numpy"], capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0:
-            pytest.skip(f"cannot build a torch 2.13.0 wheelhouse on the controller: {proc.stderr[-300:]}")
-    return WHEELHOUSE
-
-
 def _install_torch(node: int, wheelhouse: Path) -> None:
     container = f"{LAB}-node{node}"
     if node_exec(LAB, node, f"{VENV}/bin/python -c 'import torch'", check=False).returncode == 0:
@@ -108,7 +96,7 @@ def _lab_status() -> dict:
 def lab(lab_factory):
     # --mirror: the lab's package mirror (Debian's openmpi-bin for mpirun.sh)
     lab = lab_factory(LAB, nodes=2, options=["--mirror"])
-    wheelhouse = _wheelhouse()
+    wheelhouse = torch_wheelhouse()
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda n: _install_torch(n, wheelhouse), (1, 2)))
     # Node names must resolve to cluster addresses (c10d checks whether the endpoint is this host,
@@ -284,7 +272,7 @@ def _pip(*argv: str, env: dict | None = None, timeout: float = 900) -> None:
         pytest.skip(f"pip {argv[0]} failed on the controller: {proc.stderr[-300:]}")
 
 
-def _deepspeed_wheelhouse() -> Path:
+def _deepspeedtorch_wheelhouse() -> Path:
     """DeepSpeed has no wheel on PyPI: build one from the sdist (no ops: DS_BUILD_OPS=0), plus its deps."""
     if not list(DS_WHEELHOUSE.glob("deepspeed-*.whl")):
         DS_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
@@ -294,7 +282,7 @@ def _deepspeed_wheelhouse() -> Path:
     return DS_WHEELHOUSE
 
 
-def _python_wheelhouse() -> Path:
+def _pythontorch_wheelhouse() -> Path:
     """accelerate with its dependencies (torch itself is in the node venv already), and Colossal-AI
     (a wheel built from its sdist, no CUDA kernels) with what its CLI imports."""
     if not list(PY_WHEELHOUSE.glob("colossalai-*.whl")):
@@ -334,7 +322,7 @@ apt-get $o update >/tmp/apt-mpi.log 2>&1 && apt-get $o install -y --no-install-r
 def launchers_installed(fabric):
     """DeepSpeed, accelerate, Colossal-AI (pip) and Open MPI (apt) on both nodes, all at once."""
     pytest.importorskip("torch", reason="building the DeepSpeed/Colossal-AI wheels needs torch==2.13.0 in the test venv")
-    wheelhouses = [_deepspeed_wheelhouse(), _python_wheelhouse()]
+    wheelhouses = [_deepspeedtorch_wheelhouse(), _pythontorch_wheelhouse()]
     url = _lab_status()["mirror"]["url"]
     started = time.monotonic()
     with ThreadPoolExecutor(4) as pool:
