@@ -102,8 +102,11 @@ def torch_nodes(slurm3):
 
 
 def _sinfo(lab) -> dict[str, tuple[str, str]]:
+    """node -> (state, reason). The state without sinfo's trailing '*' ("not responding": slurmctld's
+    last ping of that slurmd went unanswered, as happens on the loaded 2-core CI machine; it says
+    nothing about the drain/resume these tests check, and slurmctld clears it at the next ping)."""
     out = node_exec(lab.name, 1, "sinfo -h -N -p lab -o '%N|%t|%E'").stdout
-    return {n: (t, e) for n, t, e in (line.split("|", 2) for line in out.splitlines() if line.strip())}
+    return {n: (t.rstrip("*"), e) for n, t, e in (line.split("|", 2) for line in out.splitlines() if line.strip())}
 
 
 def _nodelist_inventory(lab, path: Path, body: str) -> Path:
