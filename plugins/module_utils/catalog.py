@@ -308,17 +308,10 @@ def _keep_mesh(result):
     return out
 
 
-def _mesh_block(ctx):
-    """ssh_mesh_block_name; its role default is a template (the cluster group), which a role default
-    read from the file is not rendered as (ansible-core 2.19 renders trusted templates only)."""
-    block = str(ctx.var("ssh_mesh_block_name") or "")
-    return block if block and "{{" not in block else str(ctx.var("cluster_group") or "cluster")
-
-
 def _mesh_args(ctx):
     # connect_timeout covers the banner exchange: 5 s failed healthy lab nodes on a host at load 100
     return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(), "connect_timeout": 10, "timeout": 40,
-            "landing": True, "summary": True, "block_name": _mesh_block(ctx),
+            "landing": True, "summary": True, "block_name": str(ctx.var("ssh_mesh_block_name") or ctx.var("cluster_group") or "cluster"),
             "key_file": str(ctx.var("ssh_mesh_key_file") or ".ssh/id_ed25519"),
             "hosts_file": str(ctx.var("ssh_mesh_hosts_file") or "/etc/hosts")}
 

@@ -27,6 +27,7 @@ PLAY = """
         content: "{{ {'dir': lookup('provision.cluster.setting', 'launchers_dir'),
                       'nofile': lookup('provision.cluster.setting', 'node_runtime_min_nofile'),
                       'set': lookup('provision.cluster.setting', 'allreduce_smoke_timeout'),
+                      'block': lookup('provision.cluster.setting', 'ssh_mesh_block_name'),
                       'unknown': lookup('provision.cluster.setting', 'no_role_owns_this')} | to_json }}"
 """
 
@@ -47,9 +48,11 @@ def test_role_defaults_are_templated_for_the_node(tmp_path):
     assert got["dir"] == "~alice/.provision/launch"
     assert int(got["nofile"]) > 0
     assert got["unknown"] is None
+    assert got["block"] == "cluster"  # "{{ cluster_group | default('cluster') }}", the verify mesh check's block name
 
 
 def test_the_node_value_wins_over_the_role_default(tmp_path):
     got = _settings(tmp_path, "-e", "launchers_dir=/opt/{{ cluster_plan.user }}/l", "-e", "allreduce_smoke_timeout=77")
     assert got["dir"] == "/opt/alice/l"
     assert int(got["set"]) == 77
+    assert _settings(tmp_path, "-e", "cluster_group=gpus")["block"] == "gpus"

@@ -130,9 +130,8 @@ def test_verify_logs_in_on_the_ring_by_default_and_everywhere_with_full():
     assert K.BY_NAME["mesh"].args(ring)["nodes"] == ["n5", "n6", "n21"]
     assert K.BY_NAME["mesh"].args(ring)["summary"] is True
     assert K.BY_NAME["mesh"].args(ring)["block_name"] == "cluster"
-    unrendered = K.Context("n5", plan, hosts, var({"ssh_mesh_block_name": "{{ cluster_group | default('cluster') }}",
-                                                   "cluster_group": "gpus"}))
-    assert K.BY_NAME["mesh"].args(unrendered)["block_name"] == "gpus"
+    named = K.Context("n5", plan, hosts, var({"ssh_mesh_block_name": "gpus"}))
+    assert K.BY_NAME["mesh"].args(named)["block_name"] == "gpus"
     assert K.BY_NAME["pdsh"].args(ring)["targets"] == ["n5", "n6", "n21"]
     full = K.Context("n5", plan, hosts, var({"verify_matrix": "full"}))
     assert K.BY_NAME["mesh"].args(full)["nodes"] == hosts
