@@ -47,9 +47,17 @@ options:
     choices: [inventory, hostname, address]
     default: [inventory, hostname]
   timeout:
-    description: Seconds for each ssh connection (ConnectTimeout; the whole call is bounded by twice that).
+    description:
+      - Seconds for each ssh connection (ConnectTimeout); each login is bounded by twice that plus 5 s,
+        each try of it.
     type: int
     default: 10
+  retries:
+    description:
+      - How many more times a login whose connection timed out is tried (an answer, such as a refused
+        key or a wrong landing, is never tried again).
+    type: int
+    default: 1
   fail_on_check:
     description: Fail with the check's detail and fix when a name lands in the wrong place.
     type: bool
@@ -104,17 +112,31 @@ from ansible_collections.provision.cluster.plugins.module_utils.landing import (
 from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 
-def probe(ssh, popen_user, alias, peer, timeout):
+def probe(ssh, popen_user, alias, peer, timeout, retries=1):
+    """One login; a connection that timed out (a SYN or banner lost while the peer's sshd was
+    starved of CPU: 32 lab nodes on two cores) is tried again, RETRIES times, as the SSH matrix does.
+    A refused key, a wrong host key or a wrong landing is an answer and is not retried."""
+    result = attempt(ssh, popen_user, alias, peer, timeout)
+    for n in range(retries):
+        if result.get("ok") or not result.get("timed_out"):
+            break
+        result = dict(attempt(ssh, popen_user, alias, peer, timeout), attempts=n + 2)
+    result.pop("timed_out", None)
+    return result
+
+
+def attempt(ssh, popen_user, alias, peer, timeout):
     argv = [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % timeout, alias, LANDING_SCRIPT]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=2 * timeout + 5,
                               stdin=subprocess.DEVNULL, check=False, **popen_user)
     except subprocess.TimeoutExpired:
-        return {"alias": alias, "peer": peer["name"], "ok": False,
+        return {"alias": alias, "peer": peer["name"], "ok": False, "timed_out": True,
                 "reason": "`ssh %s` timed out after %d s" % (alias, 2 * timeout + 5)}
     if proc.returncode != 0:
         err = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
-        return {"alias": alias, "peer": peer["name"], "ok": False, "reason": "`ssh %s` failed: %s" % (alias, err)}
+        return {"alias": alias, "peer": peer["name"], "ok": False, "timed_out": "timed out" in err,
+                "reason": "`ssh %s` failed: %s" % (alias, err)}
     try:
         return landing_pair(alias, peer, proc.stdout)
     except ValueError as exc:
@@ -130,6 +152,7 @@ def main():
             names=dict(type="list", elements="str", default=["inventory", "hostname"],
                        choices=["inventory", "hostname", "address"]),
             timeout=dict(type="int", default=10),
+            retries=dict(type="int", default=1),
             fail_on_check=dict(type="bool", default=False),
             reports=dict(type="dict", default={}),
         ),
@@ -146,9 +169,11 @@ def main():
         for alias in dict.fromkeys(peer.get(field[n]) for n in p["names"]):
             if alias:
                 jobs.append((alias, peer))
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
+    # 8 logins at a time: every node runs this at once, and a fresh run checks every node under every
+    # name (3N logins per node); more at once only starve the peers' sshd (connections timed out)
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(jobs)))) as pool:
         pairs = list(pool.map(lambda j: landing_from_report(j[0], j[1], p["reports"].get(j[0]))
-                              or probe(ssh, popen_user, j[0], j[1], p["timeout"]), jobs))
+                              or probe(ssh, popen_user, j[0], j[1], p["timeout"], p["retries"]), jobs))
     checks = landing_checks(p["node"], pairs)
     check = checks[0]
     result = {"changed": False, "checks": checks, "pairs": pairs}
