@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import struct
+import time
 
 from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
 
@@ -580,6 +581,22 @@ def probe(src, ifname, dst, port, timeout):
         return False, "%s:%d: %s" % (dst, port, exc.strerror or exc)
     finally:
         sock.close()
+
+
+def probe_tried(src, ifname, dst, port, timeout, tries=2, pause=1.0, probe_fn=None):
+    """probe(), tried again after PAUSE s while it fails, TRIES times in all: a SYN lost while the
+    peer's kernel or the path was busy (32 lab nodes on two cores connecting to every node at once; a
+    VM network that blinks) is not a firewall, which fails every try. -> (ok, detail)"""
+    probe_fn = probe_fn or probe
+    ok, detail = probe_fn(src, ifname, dst, port, timeout)
+    for _ in range(tries - 1):
+        if ok:
+            break
+        time.sleep(pause)
+        ok, detail = probe_fn(src, ifname, dst, port, timeout)
+    if not ok and tries > 1:
+        detail = "%s (%d tries, %g s apart)" % (detail, tries, pause)
+    return ok, detail
 
 
 def probe_checks(host, decision, results):

@@ -16,8 +16,8 @@ description:
     C(NCCL_IB_HCA) as the ACTIVE ports, native InfiniBand before RoCE, DOWN ports never;
     C(NCCL_IB_GID_INDEX) for RoCE v2; C(NCCL_IB_DISABLE=1) when no usable RDMA port exists.
   - Probes every peer with a TCP connect from the chosen interface (bounded by O(probe_timeout));
-    a refused connection counts as reachable (the peer answered), a timeout or an unreachable error
-    fails naming the pair.
+    a refused connection counts as reachable (the peer answered), a timeout or an unreachable error,
+    twice (1 s apart), fails naming the pair.
   - Every value can be overridden; RV(reasons) says why each value was chosen.
   - Changes nothing on the node; safe in check mode (it still probes, a TCP connect is read-only).
 version_added: 1.0.0
@@ -174,7 +174,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.netinfo import (
-    decide, decision_checks, name_check, names_to_resolve, probe, probe_checks, read_net, read_rdma,
+    decide, decision_checks, name_check, names_to_resolve, probe_checks, probe_tried, read_net, read_rdma,
     rendezvous_check)
 
 
@@ -261,8 +261,8 @@ def main():
         ifname = decision["socket_ifname"] if decision["socket_iface"] else None
         with ThreadPoolExecutor(max_workers=min(32, max(1, len(targets)))) as pool:
             results = list(pool.map(
-                lambda peer: (peer,) + probe(peer.get("source"), ifname, peer["ip"], p["probe_port"],
-                                             p["probe_timeout"]), targets))
+                lambda peer: (peer,) + probe_tried(peer.get("source"), ifname, peer["ip"], p["probe_port"],
+                                                   p["probe_timeout"]), targets))
         for peer, ok, detail in results:
             peer["probe"] = {"ok": ok, "detail": detail}
         more_checks, probe_errors = probe_checks(host, decision, results)
@@ -273,12 +273,7 @@ def main():
         target = resolve([{"name": rdzv["name"], "address": rdzv.get("address") or rdzv["name"]}])[0]
         # a second try after a pause, as the SSH matrix retries: a lab/VM network that blinks for a
         # moment (seen once in CI: ENETUNREACH while ssh to the same address worked) is not a firewall
-        for attempt in range(2):
-            ok, detail = probe(None, None, target["ip"], int(rdzv["port"]), p["probe_timeout"])
-            if ok:
-                break
-            if attempt == 0:
-                time.sleep(1.0)
+        ok, detail = probe_tried(None, None, target["ip"], int(rdzv["port"]), p["probe_timeout"])
         checks.append(rendezvous_check(host, rdzv["name"], target["ip"], int(rdzv["port"]), ok, detail))
     result = dict(
         changed=False,

@@ -323,3 +323,30 @@ def test_rendezvous_check_from_a_real_probe_on_loopback():
     assert blocked["status"] == "fail"
     assert blocked["detail"].startswith("node2 cannot reach node1's rendezvous port 10.89.1.11:29500")
     assert "open TCP 29500" in blocked["fix"] and "cluster_master_port" in blocked["fix"]
+
+
+def test_a_probe_that_failed_once_is_tried_again():
+    """32 lab nodes connecting to every node at once lost SYNs ("no answer from 10.89.216.24:2222
+    within 3.0s" on 7 of 32 nodes, the same pairs fine a minute later); a firewall fails every try."""
+    answers = [(False, "no answer from 10.89.216.24:2222 within 3.0s"), (True, "connected to 10.89.216.24:2222")]
+    calls = []
+
+    def fake(*args):
+        calls.append(args)
+        return answers.pop(0)
+
+    assert ni.probe_tried("10.89.216.31", "eth1", "10.89.216.24", 2222, 3.0, pause=0, probe_fn=fake) == (
+        True, "connected to 10.89.216.24:2222")
+    assert len(calls) == 2 and calls[0] == ("10.89.216.31", "eth1", "10.89.216.24", 2222, 3.0)
+    blocked = ni.probe_tried("10.89.216.31", "eth1", "10.89.216.24", 2222, 3.0, pause=0,
+                             probe_fn=lambda *a: (False, "10.89.216.24:2222: Permission denied"))
+    assert blocked == (False, "10.89.216.24:2222: Permission denied (2 tries, 0 s apart)")
+
+
+def test_probe_tried_on_loopback_answers_at_once():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    ok, detail = ni.probe_tried(None, None, "127.0.0.1", port, 2)
+    assert ok and "closed" in detail
