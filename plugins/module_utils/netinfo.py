@@ -584,16 +584,17 @@ def probe(src, ifname, dst, port, timeout):
 
 
 def probe_tried(src, ifname, dst, port, timeout, tries=2, pause=1.0, probe_fn=None):
-    """probe(), tried again after PAUSE s while it fails, TRIES times in all: a SYN lost while the
-    peer's kernel or the path was busy (32 lab nodes on two cores connecting to every node at once; a
-    VM network that blinks) is not a firewall, which fails every try. -> (ok, detail)"""
+    """probe(), tried again after PAUSE s while it fails, TRIES times in all, each try with a longer
+    timeout (TIMEOUT, 2 x TIMEOUT, ...: a 3 s connect sends only two SYNs). A SYN lost while the path
+    was busy (32 lab nodes resolving and connecting to every node at once lost some for a few
+    seconds; a VM network that blinks) is not a firewall, which fails every try. -> (ok, detail)"""
     probe_fn = probe_fn or probe
     ok, detail = probe_fn(src, ifname, dst, port, timeout)
-    for _ in range(tries - 1):
+    for n in range(1, tries):
         if ok:
             break
         time.sleep(pause)
-        ok, detail = probe_fn(src, ifname, dst, port, timeout)
+        ok, detail = probe_fn(src, ifname, dst, port, timeout * (n + 1))
     if not ok and tries > 1:
         detail = "%s (%d tries, %g s apart)" % (detail, tries, pause)
     return ok, detail

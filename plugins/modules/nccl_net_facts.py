@@ -17,7 +17,7 @@ description:
     C(NCCL_IB_GID_INDEX) for RoCE v2; C(NCCL_IB_DISABLE=1) when no usable RDMA port exists.
   - Probes every peer with a TCP connect from the chosen interface (bounded by O(probe_timeout));
     a refused connection counts as reachable (the peer answered), a timeout or an unreachable error,
-    twice (1 s apart), fails naming the pair.
+    twice (1 s apart, the second with twice the timeout), fails naming the pair.
   - Every value can be overridden; RV(reasons) says why each value was chosen.
   - Changes nothing on the node; safe in check mode (it still probes, a TCP connect is read-only).
 version_added: 1.0.0
