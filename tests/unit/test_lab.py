@@ -131,13 +131,22 @@ def test_sysctls_for_many_systemd_nodes_are_raised_never_lowered(tmp_path, monke
     (proc / "fs/inotify").mkdir(parents=True)
     (proc / "fs/inotify/max_user_instances").write_text("128\n")
     (proc / "fs/inotify/max_user_watches").write_text("1048576\n")
+    # this machine's kernel defaults (6.18): 32 lab nodes alone are 1,024 ARP entries
+    (proc / "net/ipv4/neigh/default").mkdir(parents=True)
+    (proc / "net/ipv4/neigh/default/gc_thresh2").write_text("512\n")
+    (proc / "net/ipv4/neigh/default/gc_thresh3").write_text("1024\n")
     monkeypatch.setattr(lab_core.os, "geteuid", lambda: 0)
     conf = tmp_path / "sysctl.d/90-provision-lab.conf"
     done = lab_core._ensure_sysctls(proc, conf)
-    assert done == ["raised fs.inotify.max_user_instances from 128 to 8192"]
+    assert done == ["raised fs.inotify.max_user_instances from 128 to 8192",
+                    "raised net.ipv4.neigh.default.gc_thresh2 from 512 to 8192",
+                    "raised net.ipv4.neigh.default.gc_thresh3 from 1024 to 16384"]  # no IPv6 here: left alone
     assert (proc / "fs/inotify/max_user_instances").read_text() == "8192\n"
     assert (proc / "fs/inotify/max_user_watches").read_text() == "1048576\n"
+    assert (proc / "net/ipv4/neigh/default/gc_thresh3").read_text() == "16384\n"
     assert "fs.inotify.max_user_instances = 8192" in conf.read_text()
+    # what is higher already is kept at boot too, never lowered by our file
+    assert "fs.inotify.max_user_watches = 1048576" in conf.read_text() and "ipv6" not in conf.read_text()
     assert lab_core._ensure_sysctls(proc, conf) == []
     monkeypatch.setattr(lab_core.os, "geteuid", lambda: 1000)
     (proc / "fs/inotify/max_user_instances").write_text("128\n")

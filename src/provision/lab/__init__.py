@@ -165,33 +165,44 @@ def setup_host(*, install: bool = True, conf_path: Path = Path("/etc/containers/
     return done
 
 
-# Each systemd node holds a few inotify instances; the usual default of 128 per user stops the
-# 25th or so systemd node from booting (its path units fail, then it hangs). Raised, never lowered.
-SYSCTLS = {"fs.inotify.max_user_instances": 8192, "fs.inotify.max_user_watches": 524288}
+# Raised, never lowered:
+# - each systemd node holds a few inotify instances; the usual default of 128 per user stops the
+#   25th or so systemd node from booting (its path units fail, then it hangs);
+# - the kernel's neighbour (ARP/ND) table is one for every network namespace of the machine, and a
+#   lab of N nodes that all talk to each other holds N x N entries (32 nodes: 1,024, the default hard
+#   limit gc_thresh3): past it the kernel logs "neighbor table overflow!" and drops the packets that
+#   wait for an entry, which on a 32-node lab failed TCP connects between pairs of nodes for seconds
+#   (the NCCL reach probe, ssh). 16,384 holds a 64-node lab and a few small ones beside it.
+SYSCTLS = {"fs.inotify.max_user_instances": 8192, "fs.inotify.max_user_watches": 524288,
+           "net.ipv4.neigh.default.gc_thresh2": 8192, "net.ipv4.neigh.default.gc_thresh3": 16384,
+           "net.ipv6.neigh.default.gc_thresh2": 8192, "net.ipv6.neigh.default.gc_thresh3": 16384}
 SYSCTL_FILE = Path("/etc/sysctl.d/90-provision-lab.conf")
 
 
 def _ensure_sysctls(proc_sys: Path = Path("/proc/sys"), conf: Path | None = None) -> list[str]:
     conf = conf or SYSCTL_FILE
-    low = {}
+    low, keep = {}, {}
     for key, want in SYSCTLS.items():
         try:
             have = int((proc_sys / key.replace(".", "/")).read_text().split()[0])
         except (OSError, ValueError, IndexError):
-            continue
+            continue  # not on this kernel (no IPv6)
+        keep[key] = max(have, want)
         if have < want:
             low[key] = (have, want)
     if not low:
         return []
     if os.geteuid() != 0:
-        raise LabError(f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: too low for the lab's systemd nodes; "
-                       f"run `sudo provision lab setup` (or sysctl -w " + " ".join(f"{k}={w}" for k, (_h, w) in low.items()) + ")")
+        raise LabError(f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: too low for the lab (many systemd "
+                       f"nodes; every node's ARP entry for every node); run `sudo provision lab setup` (or sysctl -w "
+                       + " ".join(f"{k}={w}" for k, (_h, w) in low.items()) + ")")
     for key, (_have, want) in low.items():
         (proc_sys / key.replace(".", "/")).write_text(f"{want}\n")
     try:
         conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text("# written by `provision lab setup`: many systemd containers need more inotify instances\n"
-                        + "".join(f"{k} = {w}\n" for k, w in SYSCTLS.items()))
+        conf.write_text("# written by `provision lab setup`: many systemd containers need more inotify instances, and\n"
+                        "# a lab of N nodes N x N entries in the kernel's neighbour table (one for all namespaces)\n"
+                        + "".join(f"{k} = {w}\n" for k, w in keep.items()))
     except OSError:
         pass  # applied now; only not kept across a reboot of this machine
     return [f"raised {k} from {h} to {w}" for k, (h, w) in low.items()]
