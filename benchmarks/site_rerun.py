@@ -49,8 +49,9 @@ def run(argv: list[str], env: dict[str, str], timeout: float = 3600) -> tuple[fl
     return time.monotonic() - t0, proc
 
 
-def playbook(path: str, lab: str) -> tuple[float, int, int]:
-    secs, proc = run([str(BIN / "ansible-playbook"), str(REPO / path), "-i", str(REPO / "inventory/lab")], env_for(lab))
+def playbook(path: str, lab: str, extra: tuple[str, ...] = ()) -> tuple[float, int, int]:
+    secs, proc = run([str(BIN / "ansible-playbook"), str(REPO / path), "-i", str(REPO / "inventory/lab"), *extra],
+                     env_for(lab))
     recap = RECAP.findall(proc.stdout)
     if proc.returncode != 0 or not recap:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-2000:])
