@@ -310,12 +310,15 @@ def test_name_check_finds_wrong_node_loopback_and_unresolvable_names():
     assert ni.name_check("c1", shared, {"c1": ["10.0.0.5"], "c2": ["10.0.0.5"]})["status"] == "pass"
 
 
+def _released_port() -> int:
+    """A loopback port just released: nothing listens, the kernel refuses (which is reachable)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_rendezvous_check_from_a_real_probe_on_loopback():
-    # nothing listens on a port just released: the kernel refuses, which is reachable
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = _released_port()
     ok, detail = ni.probe(None, None, "127.0.0.1", port, 2)
     check = ni.rendezvous_check("node2", "node1", "127.0.0.1", port, ok, detail)
     assert check["status"] == "pass" and "closed" in check["detail"]
@@ -344,9 +347,5 @@ def test_a_probe_that_failed_once_is_tried_again():
 
 
 def test_probe_tried_on_loopback_answers_at_once():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    ok, detail = ni.probe_tried(None, None, "127.0.0.1", port, 2)
+    ok, detail = ni.probe_tried(None, None, "127.0.0.1", _released_port(), 2)
     assert ok and "closed" in detail
