@@ -75,11 +75,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
     ap.add_argument("--verify", action="store_true", help="also time `provision verify` (no smoke)")
-    ap.add_argument("--reuse-labs", action="store_true", help="use lab bench<N> as it is when it is up")
+    ap.add_argument("--reuse-labs", action="store_true", help="use lab PREFIX<N> as it is when it is up")
+    ap.add_argument("--prefix", default="bench", help="lab name prefix (lab = PREFIX<N>), e.g. hx-s for scale.py's labs")
     args = ap.parse_args()
     results = {}
     for n in args.nodes:
-        lab = f"bench{n}"
+        lab = f"{args.prefix}{n}"
         env = env_for(lab)
         if not (args.reuse_labs and lab_is_up(lab, n, env)):
             run([str(BIN / "provision"), "lab", "down", "--name", lab], env)
