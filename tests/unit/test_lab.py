@@ -152,3 +152,29 @@ def test_sysctls_for_many_systemd_nodes_are_raised_never_lowered(tmp_path, monke
     (proc / "fs/inotify/max_user_instances").write_text("128\n")
     with pytest.raises(lab_core.LabError, match="sudo provision lab setup"):
         lab_core._ensure_sysctls(proc, conf)
+    # not root, only the neighbour table low: a small lab still comes up, with the warning
+    (proc / "fs/inotify/max_user_instances").write_text("8192\n")
+    (proc / "net/ipv4/neigh/default/gc_thresh3").write_text("1024\n")
+    warned = lab_core._ensure_sysctls(proc, conf)
+    assert len(warned) == 1 and "gc_thresh3 is 1024" in warned[0] and "sudo provision lab setup" in warned[0]
+
+
+def test_a_read_only_proc_sys_is_said_not_fatal(tmp_path, monkeypatch):
+    """This "machine" may itself be a container whose /proc/sys/net is read-only."""
+    proc = tmp_path / "proc"
+    (proc / "net/ipv4/neigh/default").mkdir(parents=True)
+    (proc / "net/ipv4/neigh/default/gc_thresh3").write_text("1024\n")
+    monkeypatch.setattr(lab_core.os, "geteuid", lambda: 0)
+    real = lab_core.Path.write_text
+
+    def read_only(self, *args, **kwargs):
+        if "neigh" in str(self):
+            raise PermissionError(30, "Read-only file system")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(lab_core.Path, "write_text", read_only)
+    conf = tmp_path / "sysctl.d/90-provision-lab.conf"
+    done = lab_core._ensure_sysctls(proc, conf)
+    assert done == ["could not raise net.ipv4.neigh.default.gc_thresh3 from 1024 to 16384 (Read-only file system); "
+                    "labs of many nodes may fail: sysctl -w net.ipv4.neigh.default.gc_thresh3=16384 on the host"]
+    assert "gc_thresh3 = 1024" in conf.read_text()  # the file never claims what did not happen

@@ -193,11 +193,22 @@ def _ensure_sysctls(proc_sys: Path = Path("/proc/sys"), conf: Path | None = None
     if not low:
         return []
     if os.geteuid() != 0:
-        raise LabError(f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: too low for the lab (many systemd "
-                       f"nodes; every node's ARP entry for every node); run `sudo provision lab setup` (or sysctl -w "
-                       + " ".join(f"{k}={w}" for k, (_h, w) in low.items()) + ")")
-    for key, (_have, want) in low.items():
-        (proc_sys / key.replace(".", "/")).write_text(f"{want}\n")
+        fix = ("run `sudo provision lab setup` (or sysctl -w " + " ".join(f"{k}={w}" for k, (_h, w) in low.items()) + ")")
+        if any(k.startswith("fs.inotify.") for k in low):
+            raise LabError(f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: too low for the lab's systemd "
+                           f"nodes; {fix}")
+        # the neighbour table matters from ~30 nodes on: a warning, not a refusal, for a user's small lab
+        return [f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: labs of ~30 nodes and more lose packets "
+                f"(the kernel's neighbour table is full); {fix}"]
+    done = []
+    for key, (have, want) in low.items():
+        try:
+            (proc_sys / key.replace(".", "/")).write_text(f"{want}\n")
+            done.append(f"raised {key} from {have} to {want}")
+        except OSError as exc:  # a read-only /proc/sys (this "machine" is itself a container): say it, go on
+            keep[key] = have
+            done.append(f"could not raise {key} from {have} to {want} ({exc.strerror or exc}); "
+                        f"labs of many nodes may fail: sysctl -w {key}={want} on the host")
     try:
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text("# written by `provision lab setup`: many systemd containers need more inotify instances, and\n"
@@ -205,7 +216,7 @@ def _ensure_sysctls(proc_sys: Path = Path("/proc/sys"), conf: Path | None = None
                         + "".join(f"{k} = {w}\n" for k, w in keep.items()))
     except OSError:
         pass  # applied now; only not kept across a reboot of this machine
-    return [f"raised {k} from {h} to {w}" for k, (h, w) in low.items()]
+    return done
 
 
 def _containers_conf_ok(path: Path) -> bool:
