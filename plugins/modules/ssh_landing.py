@@ -113,9 +113,10 @@ from ansible_collections.provision.cluster.plugins.module_utils.users import as_
 
 
 def probe(ssh, popen_user, alias, peer, timeout, retries=1):
-    """One login; a connection that timed out (a SYN or banner lost while the peer's sshd was
-    starved of CPU: 32 lab nodes on two cores) is tried again, RETRIES times, as the SSH matrix does.
-    A refused key, a wrong host key or a wrong landing is an answer and is not retried."""
+    """One login; a connection that timed out (a SYN lost on the way: on a 32-node lab whose host's
+    neighbour table had overflowed, for seconds at a time; a VM network that blinks) is tried again,
+    RETRIES times, as the SSH matrix does. A refused key, a wrong host key or a wrong landing is an
+    answer and is not retried."""
     result = attempt(ssh, popen_user, alias, peer, timeout)
     for n in range(retries):
         if result.get("ok") or not result.get("timed_out"):
@@ -169,8 +170,8 @@ def main():
         for alias in dict.fromkeys(peer.get(field[n]) for n in p["names"]):
             if alias:
                 jobs.append((alias, peer))
-    # 8 logins at a time: every node runs this at once, and a fresh run checks every node under every
-    # name (3N logins per node); more at once only starve the peers' sshd (connections timed out)
+    # 8 logins at a time: every node runs this at once, and a fresh run checks every node under each
+    # of its names (2N logins per node by default), so the cluster has 8N logins in flight at most
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(jobs)))) as pool:
         pairs = list(pool.map(lambda j: landing_from_report(j[0], j[1], p["reports"].get(j[0]))
                               or probe(ssh, popen_user, j[0], j[1], p["timeout"], p["retries"]), jobs))
