@@ -193,13 +193,12 @@ def _ensure_sysctls(proc_sys: Path = Path("/proc/sys"), conf: Path | None = None
     if not low:
         return []
     if os.geteuid() != 0:
-        fix = ("run `sudo provision lab setup` (or sysctl -w " + " ".join(f"{k}={w}" for k, (_h, w) in low.items()) + ")")
+        now = ", ".join(f"{k} is {h}" for k, (h, _w) in low.items())
+        fix = "run `sudo provision lab setup` (or sysctl -w " + " ".join(f"{k}={w}" for k, (_h, w) in low.items()) + ")"
         if any(k.startswith("fs.inotify.") for k in low):
-            raise LabError(f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: too low for the lab's systemd "
-                           f"nodes; {fix}")
+            raise LabError(f"{now}: too low for the lab's systemd nodes; {fix}")
         # the neighbour table matters from ~30 nodes on: a warning, not a refusal, for a user's small lab
-        return [f"{', '.join(f'{k} is {h}' for k, (h, _w) in low.items())}: labs of ~30 nodes and more lose packets "
-                f"(the kernel's neighbour table is full); {fix}"]
+        return [f"{now}: labs of ~30 nodes and more lose packets (the kernel's neighbour table is full); {fix}"]
     done = []
     for key, (have, want) in low.items():
         try:
