@@ -233,6 +233,32 @@ def _reuse_gpu(ctx):
     return None
 
 
+def _reuse_gpu_health(ctx):
+    """The stage's health reading on a GPU node; where the stage read no GPU and none on the PCI bus, the
+    skips gpu_health_info gives there (the stage runs the health module on GPU nodes only)."""
+    r = ctx.var("cuda_toolkit_result")
+    if not unchanged(r) or str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on"):
+        return None  # dcgmi diag is verify's own
+    health = r.get("health")
+    if isinstance(health, dict) and health.get("checks") and not health.get("failed"):
+        return health
+    facts = _facts(r, "gpu_facts")
+    if facts.get("gpu_count") == 0 and facts.get("pci_gpus") == []:
+        return {"checks": gpu_health.no_gpu_checks(facts.get("reason") or "no GPU", ctx.host),
+                "gpu_health": {"gpu_count": 0, "driver_version": ""}}
+    return None
+
+
+def _reuse_fabric(ctx):
+    """On a node where the nccl_net stage found no RDMA device, the skips fabric_health_info gives there
+    (both read /sys/class/infiniband). A node with RDMA devices is read again: verify's counter interval
+    is its own."""
+    r = ctx.var("nccl_net_result")
+    if unchanged(r) and r.get("rdma") == []:
+        return {"checks": fabric_health.skipped_all(fabric_health.NO_DEVICE, ctx.host), "fabric_health": {"ports": []}}
+    return None
+
+
 def _reuse_env(ctx):
     """The shell_env stage ran the env check right after writing the block."""
     r = (ctx.var("shell_env_result") or {}).get("env_check")
@@ -273,6 +299,10 @@ def _nccl_args(ifname=None):
     def args(ctx):
         out = {"peers": ctx.nodes(), "self_name": ctx.host, "probe_port": int(ctx.plan.get("ssh_port") or 2222),
                "probe_timeout": 3, "rendezvous": ctx.rendezvous(), "fail_on_error": False}
+        if not ctx.full_matrix():
+            # the ring's nodes: each TCP connect to a peer's sshd makes that sshd fork a pre-auth child
+            # (about 8 ms of the peer's CPU, measured in the lab), N x N of them across the cluster
+            out["probe_peers"] = [h for h in ctx.ring() if h != ctx.host]
         chosen = ifname(ctx) if ifname else ctx.var("nccl_net_socket_ifname")
         if chosen:
             out["socket_ifname"] = chosen
@@ -468,12 +498,12 @@ CATALOG = [
                            "cache": ctx.python().rsplit("/", 2)[0] + "/.provision-versions.json"},
          reuse=_reuse_versions, keep=_keep_versions),
     Spec("nccl", "nccl_net",
-         "NCCL interface exists, is up and reaches every peer; IB HCAs active; node names resolve to their nodes",
+         "NCCL interface exists, is up and reaches the ring's nodes (every node with --full); IB HCAs active; node names resolve to their nodes",
          module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(), reuse=_reuse_nccl,
          keep=_keep_nccl),
     # NCCL gets the interface the env block exports (as non-interactive ssh sees it): when that is not
     # the one the check above used, that interface is checked too
-    Spec("nccl_in_effect", "nccl_net", "the NCCL interface the env block exports reaches every peer",
+    Spec("nccl_in_effect", "nccl_net", "the NCCL interface the env block exports reaches the ring's nodes (every node with --full)",
          module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(_env_ifname), group="nccl",
          needs=("env", "nccl"),
          when=_in_effect_differs, adjust=_adjust_in_effect, default=False, local=False),
@@ -488,7 +518,7 @@ CATALOG = [
     Spec("gpu_health", "gpu health",
          "GPUs healthy: count, ECC, retired pages/remapped rows, PCIe link, NVLink, throttling, Xid, persistence, "
          "MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
-         module="provision.cluster.gpu_health_info", stage="cuda_toolkit",
+         module="provision.cluster.gpu_health_info", stage="cuda_toolkit", reuse=_reuse_gpu_health,
          args=lambda ctx: {"node": ctx.host, "expected_gpus": int(ctx.var("gpu_health_expected_gpus") or 0),
                            "dcgm_diag": str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on")},
          keep=_keep_gpu_health),
@@ -498,7 +528,7 @@ CATALOG = [
     Spec("fabric", "fabric health",
          "InfiniBand/RoCE ports: state, rate, error counters, MTU; GPUDirect RDMA prerequisites; RDMA devices and "
          "memlock in containers (skip without RDMA)",
-         module="provision.cluster.fabric_health_info", stage="nccl_net",
+         module="provision.cluster.fabric_health_info", stage="nccl_net", reuse=_reuse_fabric,
          args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval") or 5),
                            "required_ports": [h for h in str(ctx.var("nccl_net_ib_hca") or "").split(",") if h]},
          keep=_keep_fabric),

@@ -566,6 +566,9 @@ def cluster_port_rates(ports_by_node):
 
 # ---------------------------------------------------------------- everything
 
+NO_DEVICE = "no RDMA device under /sys/class/infiniband"
+
+
 def skipped_all(reason, node=None, categories=CATEGORIES):
     """Every fabric check as a skip with the reason (no RDMA device): never a pass."""
     return [C.skipped(cat, reason, node, {"category": cat}) for cat in categories]
@@ -577,7 +580,7 @@ def fabric_checks(ports, counters_first=None, counters_second=None, interval=0, 
                   node=None):
     """All per-node fabric checks from what was read (ports: read_ports())."""
     if not ports:
-        return skipped_all("no RDMA device under /sys/class/infiniband", node)
+        return skipped_all(NO_DEVICE, node)
     out = check_port_state(ports, required, node)
     out += check_port_rate(ports, node)
     out += check_counters(ports, counters_first, counters_second, interval, node)

@@ -939,6 +939,12 @@ def skipped_all(reason, node=None, categories=CATEGORIES):
     return [C.skipped(cat, reason, node, {"category": cat}) for cat in categories]
 
 
+def no_gpu_checks(reason, node=None):
+    """A node with no NVIDIA GPU read and none on the PCI bus: every check a skip saying so
+    (gpu_health_info's records, and provision verify's in site.yml from the cuda_toolkit stage's reading)."""
+    return skipped_all("no NVIDIA GPU (%s; none on the PCI bus)" % reason, node)
+
+
 def health_checks(smi, nvlink=None, nvlink_errors=None, xid_events=None, xid_source=None, xid_skip=None,
                   pci=None, fm_running=None, in_container=False, dcgmi=None, dcgmi_skip=None, expected_gpus=0,
                   require_ecc=True, allow_mig=False, busy_util=10, loaded=False, expected_nvlinks=0, node=None,

@@ -162,7 +162,7 @@ def collect(module):
     facts = {"ports": ports, "counters": {}, "counter_growth": {}, "devinfo": {}, "peermem": [], "gpus": [],
              "acs": [], "acs_pairs": [], "dev_infiniband": [], "in_container": False}
     if not ports:
-        return facts, F.skipped_all("no RDMA device under /sys/class/infiniband", node)
+        return facts, F.skipped_all(F.NO_DEVICE, node)
     snap = node_facts.collect_snapshot(root=root)
     container = node_facts.detect_container(snap)
     facts["in_container"] = bool(container["container"])

@@ -94,6 +94,10 @@ ansible_facts:
         driver_version: {description: NVIDIA driver version., type: str}
         driver_cuda_version: {description: Newest CUDA the driver supports., type: str}
         driver_cuda_source: {description: C(nvidia-smi) (driver's own report) or C(driver table)., type: str}
+        pci_gpus:
+          description: PCI bus ids of the NVIDIA GPUs on the PCI bus (from C(/sys/bus/pci/devices)), listed by the driver or not.
+          type: list
+          elements: str
         gpus:
           description: index, name, uuid, pci_bus_id, memory_total_mib, compute_capability, architecture, mig_mode.
           type: list
@@ -115,6 +119,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils import gpu as G
+from ansible_collections.provision.cluster.plugins.module_utils.gpu_health import pci_nvidia_devices
 from ansible_collections.provision.cluster.plugins.module_utils.gcc import os_family, os_release_dict
 from ansible_collections.provision.cluster.plugins.module_utils.procs import first_line, run_bounded
 
@@ -195,7 +200,10 @@ def find_nccl(extra_dirs, toolkits):
 def collect(module):
     p = module.params
     facts = {"gpu_count": 0, "reason": "", "driver_version": "", "driver_cuda_version": "",
-             "driver_cuda_source": "", "gpus": [], "toolkits": [], "nvcc": {}, "cuda_home": "", "nccl": {}}
+             "driver_cuda_source": "", "gpus": [], "toolkits": [], "nvcc": {}, "cuda_home": "", "nccl": {},
+             # NVIDIA GPUs on the PCI bus, whatever the driver says (a GPU the driver cannot see is a fault
+             # the cuda_toolkit stage's health check names)
+             "pci_gpus": pci_nvidia_devices()["gpus"]}
     smi, reason = read_smi(module, p["timeout"])
     if smi:
         supported, source = G.driver_supported_cuda(smi)

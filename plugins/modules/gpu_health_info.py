@@ -312,7 +312,7 @@ def collect(module):
 def _no_read(facts, on_bus, node):
     """Nothing read from the driver: all skips, unless GPUs sit on the PCI bus (then the count fails)."""
     if not on_bus:
-        return H.skipped_all("no NVIDIA GPU (%s; none on the PCI bus)" % facts["reason"], node)
+        return H.no_gpu_checks(facts["reason"], node)
     fail = C.failed("gpu_count", "%d NVIDIA GPU(s) on the PCI bus (%s) but %s" % (
         len(on_bus), ", ".join(on_bus), facts["reason"]),
         "install/load the NVIDIA driver (`nvidia-smi` must list the GPUs); if it hangs or errors, check the kernel "

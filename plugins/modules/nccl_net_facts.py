@@ -15,7 +15,7 @@ description:
     through (longest prefix match), never C(lo), a software bridge, or a link that is down;
     C(NCCL_IB_HCA) as the ACTIVE ports, native InfiniBand before RoCE, DOWN ports never;
     C(NCCL_IB_GID_INDEX) for RoCE v2; C(NCCL_IB_DISABLE=1) when no usable RDMA port exists.
-  - Probes every peer with a TCP connect from the chosen interface (bounded by O(probe_timeout));
+  - Probes every peer (or O(probe_peers)) with a TCP connect from the chosen interface (bounded by O(probe_timeout));
     a refused connection counts as reachable (the peer answered), a timeout or an unreachable error,
     twice (1 s apart, the second with twice the timeout), fails naming the pair.
   - Every value can be overridden; RV(reasons) says why each value was chosen.
@@ -61,6 +61,14 @@ options:
     description: Probe every peer from the chosen interface.
     type: bool
     default: true
+  probe_peers:
+    description:
+      - Probe only these peers (inventory names); every peer when not given.
+      - The interface is still chosen from every peer's route, and every name is still resolved.
+        C(provision verify) probes the nodes of its login ring (the next node and the node half the
+        ring away) and the rendezvous, and every node with C(--full); a constant number per node.
+    type: list
+    elements: str
   probe_port:
     description: TCP port to connect to on the peers (their sshd); closed ports still prove reachability.
     type: int
@@ -232,6 +240,7 @@ def main():
             ib_mix_link_layers=dict(type="bool", default=False),
             extra_env=dict(type="dict", default={}),
             probe=dict(type="bool", default=True),
+            probe_peers=dict(type="list", elements="str"),
             probe_port=dict(type="int", default=2222),
             probe_timeout=dict(type="float", default=3.0),
             check_names=dict(type="bool", default=True),
@@ -257,7 +266,8 @@ def main():
         checks.append(name_check(host, peers, resolve_names(names, p["probe_timeout"])))
     errors = list(decision["errors"])
     if p["probe"] and decision["socket_ifname"] and not errors:
-        targets = [peer for peer in decision["peers"] if not peer.get("error")]
+        only = None if p["probe_peers"] is None else set(p["probe_peers"])
+        targets = [peer for peer in decision["peers"] if not peer.get("error") and (only is None or peer["name"] in only)]
         ifname = decision["socket_ifname"] if decision["socket_iface"] else None
         with ThreadPoolExecutor(max_workers=min(32, max(1, len(targets)))) as pool:
             results = list(pool.map(

@@ -165,8 +165,8 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 @click.option("-l", "--limit", metavar="PATTERN", help="Only these hosts, as ansible-playbook --limit.")
 @click.option("--smoke", is_flag=True, help="Also run the all-reduce smoke test across the nodes.")
 @click.option("--full", is_flag=True,
-              help="SSH and pdsh from every node to every node (N x N logins; default: a ring, and every pair's keys "
-                   "compared in the files; inventory variable verify_matrix: full does the same).")
+              help="SSH, pdsh and the NCCL TCP probe from every node to every node (N x N; default: a ring, and "
+                   "every pair's keys compared in the files; inventory variable verify_matrix: full does the same).")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
               help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_toolchain_min_version=11.")
 @click.option("--save-baseline", is_flag=True,

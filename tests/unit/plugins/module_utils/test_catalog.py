@@ -130,6 +130,17 @@ CHECKS = [{"check": "x", "status": "pass", "detail": "ok", "fix": ""}]
     ("env", "shell_env_result", {"changed": True, "env_check": {"checks": CHECKS}}, True),
     ("runtime", "node_runtime_result", {"changed": True, "checks": CHECKS}, False),
     ("ports", "preflight_result", {"checks": CHECKS}, True),
+    # GPU health: the stage's reading on a GPU node; no GPU read and none on the PCI bus stands for the skips
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "health": {"checks": CHECKS}}, True),
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "health": {"checks": CHECKS, "failed": True}}, False),
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {
+        "gpu_count": 0, "reason": "nvidia-smi not found: no NVIDIA driver on this node", "pci_gpus": []}}}, True),
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {
+        "gpu_count": 0, "reason": "nvidia-smi not found", "pci_gpus": ["00000000:18:00.0"]}}}, False),
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {"gpu_count": 0}}}, False),
+    ("fabric", "nccl_net_result", {"checks": CHECKS, "rdma": []}, True),
+    ("fabric", "nccl_net_result", {"checks": CHECKS, "rdma": ["mlx5_0"]}, False),
+    ("fabric", "nccl_net_result", {"checks": CHECKS}, False),
 ])
 def test_which_stage_results_stand_in_for_a_check(name, var, result, reused):
     assert (K.BY_NAME[name].reuse(ctx({var: result})) is not None) is reused
@@ -187,3 +198,32 @@ def test_consistency_names_the_node_whose_mtu_differs_from_verify_data():
     by = {c["node"]: c for c in records}
     assert by["n2"]["status"] == "fail" and "MTU of the NCCL interface 9000 while 2 other node(s) have 1500" in by["n2"]["detail"]
     assert by["n1"]["status"] == "pass" and extra == {}
+
+
+def test_nccl_probes_the_login_ring_by_default_and_every_node_with_full():
+    """Each probe makes the peer's sshd fork a pre-auth child: the ring's nodes by default (a constant
+    number per node), every node with verify_matrix: full (provision verify --full)."""
+    hosts = ["n1", "n2", "n3", "n4", "n5", "n6"]
+    plan = dict(PLAN, hosts=hosts, address_of={h: "10.0.0.%d" % i for i, h in enumerate(hosts, 1)})
+    ring = K.BY_NAME["nccl"].args(K.Context("n2", plan, hosts, Var({})))
+    assert ring["probe_peers"] == ["n3", "n5"] and len(ring["peers"]) == 6
+    full = K.BY_NAME["nccl"].args(K.Context("n2", plan, hosts, Var({"verify_matrix": "full"})))
+    assert "probe_peers" not in full
+    assert K.BY_NAME["nccl_in_effect"].args(K.Context("n1", plan, hosts, Var({})))["probe_peers"] == ["n2", "n4"]
+
+
+def test_reused_skips_are_the_health_modules_own_records():
+    """Where the stages read no GPU and no RDMA device, the verify pass's records are the ones
+    gpu_health_info and fabric_health_info give on such a node (the same functions build them)."""
+    from ansible_collections.provision.cluster.plugins.module_utils import fabric_health, gpu_health
+    reason = "nvidia-smi not found: no NVIDIA driver on this node"
+    gpu = K.BY_NAME["gpu_health"].reuse(ctx({"cuda_toolkit_result": {"checks": CHECKS, "ansible_facts": {
+        "gpu_facts": {"gpu_count": 0, "reason": reason, "pci_gpus": []}}}}))
+    assert gpu["checks"] == gpu_health.no_gpu_checks(reason, "n1")
+    assert {c["status"] for c in gpu["checks"]} == {"skip"} and "none on the PCI bus" in gpu["checks"][0]["detail"]
+    assert K.BY_NAME["gpu_health"].keep(gpu) == {"gpu_health": {"gpu_count": 0, "driver_version": ""}}
+    assert K.BY_NAME["gpu_health"].reuse(ctx({"verify_dcgm": True, "cuda_toolkit_result": {
+        "checks": CHECKS, "health": {"checks": CHECKS}}})) is None  # dcgmi diag is verify's own
+    fabric = K.BY_NAME["fabric"].reuse(ctx({"nccl_net_result": {"checks": CHECKS, "rdma": []}}))
+    assert fabric["checks"] == fabric_health.fabric_checks([], node="n1")
+

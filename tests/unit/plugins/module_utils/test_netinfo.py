@@ -349,3 +349,19 @@ def test_a_probe_that_failed_once_is_tried_again():
 def test_probe_tried_on_loopback_answers_at_once():
     ok, detail = ni.probe_tried(None, None, "127.0.0.1", _released_port(), 2)
     assert ok and "closed" in detail
+
+
+def test_module_probes_only_the_peers_named_in_probe_peers():
+    """provision verify's ring: every peer decides the interface and is resolved, only probe_peers are
+    probed (on loopback here: the interface is given, the port is one nothing listens on)."""
+    peers = [{"name": n, "address": "127.0.0.%d" % i} for i, n in enumerate(("a", "b", "c", "d"), 1)]
+    args = {"peers": peers, "self_name": "a", "socket_ifname": "lo", "probe_port": _released_port(),
+            "probe_timeout": 2, "check_names": False, "fail_on_error": False}
+    every = helpers.run_module("nccl_net_facts", args, env={})
+    assert sorted(c["check"] for c in every["checks"] if ".reach." in c["check"]) == [
+        "nccl_net.reach.b", "nccl_net.reach.c", "nccl_net.reach.d"]
+    ring = helpers.run_module("nccl_net_facts", dict(args, probe_peers=["b", "d"]), env={})
+    reach = {c["check"]: c["status"] for c in ring["checks"] if ".reach." in c["check"]}
+    assert reach == {"nccl_net.reach.b": "pass", "nccl_net.reach.d": "pass"}
+    assert [p["name"] for p in ring["peers"]] == ["b", "c", "d"]
+    assert "probe" not in ring["peers"][1] and ring["peers"][0]["probe"]["ok"]
