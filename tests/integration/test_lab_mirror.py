@@ -109,9 +109,9 @@ def test_nothing_in_the_lab_reaches_outside(lab):
 
 def test_up_again_reuses_the_cache_and_down_removes_the_mirror(lab):
     before = {r: mirror.read_stamp(r)["built"] for r in RELEASES}
-    t0 = time.monotonic()
     lab_cmd("up", "--nodes", "3", *OPTIONS, lab_name=lab.name)
-    assert time.monotonic() - t0 < 15
+    # reused: no release indexed again (the stamps); its seconds are not asserted, they follow the
+    # machine's load (20.8 s once, beside a 32-node lab's all-reduce)
     assert {r: mirror.read_stamp(r)["built"] for r in RELEASES} == before
     lab_cmd("down", lab_name=lab.name)
     names = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True,

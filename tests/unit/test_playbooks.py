@@ -1,0 +1,47 @@
+"""The playbooks' structure, as ansible-playbook resolves it (--list-hosts, no node contacted):
+inside site.yml the stage playbooks' own cluster-plan play matches no host (preflight shares the
+plan), and a stage playbook run on its own computes the plan first, on every node of the play."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from helpers import REPO, ansible_env, tool
+
+STAGES = sorted(p.stem for p in (REPO / "playbooks").glob("*.yml") if p.stem not in ("preflight", "plan", "verify"))
+PLAY = re.compile(r"^\s+play #\d+ \(([^)]*)\): (.*?)\tTAGS", re.M)
+
+
+def list_hosts(playbook: str) -> list[tuple[str, str, int]]:
+    """[(pattern, play name, host count)] of PLAYBOOK on a two-node inline inventory."""
+    proc = subprocess.run([tool("ansible-playbook"), playbook, "--list-hosts", "-i", "node1,node2,",
+                           "-e", "cluster_group=all"], capture_output=True, text=True, cwd=REPO,
+                          env=ansible_env(), timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = []
+    for block in re.split(r"\n(?=\s+play #)", proc.stdout):
+        m = PLAY.search(block)
+        if m:
+            count = re.search(r"hosts \((\d+)\)", block)
+            out.append((m.group(1), m.group(2), int(count.group(1)) if count else 0))
+    return out
+
+
+def test_inside_site_yml_no_stage_plan_play_has_a_host():
+    plays = list_hosts("site.yml")
+    plan_plays = [p for p in plays if p[1].startswith("Cluster plan")]
+    # one per stage playbook site.yml imports (preflight computes it), and verify's
+    assert len(plan_plays) >= 12
+    assert all(count == 0 for _, _, count in plan_plays), plan_plays
+    assert [count for _, name, count in plays if name == "Stage preflight"] == [2]
+    assert all(count == 2 for _, name, count in plays if name.startswith("Stage ")), plays
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_run_alone_computes_the_plan_first(stage):
+    plays = list_hosts(f"playbooks/{stage}.yml")
+    assert plays[0][1].startswith("Cluster plan") and plays[0][2] == 2, plays
+    assert all(count == 2 for _, _, count in plays[1:]), plays
