@@ -77,17 +77,23 @@ ELAPSED = re.compile(r"\(\d+:\d+:[\d.]+\)\s+(\d+):(\d+):([\d.]+) \*+\s*$", re.M)
 
 def first_from_log(row: dict) -> dict:
     """A fresh site.yml already run by an earlier `scale.py` (its log /tmp/scale-site-first-<lab>.log):
-    its wall time (the profile_tasks clock on its last line), failures and wheel bytes."""
-    text = Path(f"/tmp/scale-site-first-{row['lab']}.log").read_text(encoding="utf-8", errors="replace")
+    its wall time (the profile_tasks clock on its last line), failures and wheel bytes. A lab converged
+    some other way (no such log: e.g. site_rerun.py's) has no fresh figures (None), only its wheel bytes."""
+    per_node = wheel_bytes(row["lab"])
+    wheels = {"controller": sum(v["controller"] for v in per_node.values()),
+              "peer": sum(v["peer"] for v in per_node.values()), "nodes": len(per_node)}
+    path = Path(f"/tmp/scale-site-first-{row['lab']}.log")
+    if not path.exists():
+        return dict(site_first_s=None, site_first_rc=None, site_first_changed=None, site_first_from_log=False,
+                    wheel_bytes=wheels)
+    text = path.read_text(encoding="utf-8", errors="replace")
     recap = RECAP.findall(text)
     clock = ELAPSED.findall(text)
     h, m, sec = clock[-1] if clock else ("0", "0", "0")
-    per_node = wheel_bytes(row["lab"])
     return dict(site_first_s=round(int(h) * 3600 + int(m) * 60 + float(sec), 1),
                 site_first_rc=0 if recap and not any(int(r[3]) or int(r[4]) for r in recap) else 1,
                 site_first_changed=sum(int(r[2]) for r in recap), site_first_from_log=True,
-                wheel_bytes={"controller": sum(v["controller"] for v in per_node.values()),
-                             "peer": sum(v["peer"] for v in per_node.values()), "nodes": len(per_node)})
+                wheel_bytes=wheels)
 
 
 def converge_all(nodes: list[int], args) -> dict[int, dict]:
@@ -140,10 +146,16 @@ def converge_all(nodes: list[int], args) -> dict[int, dict]:
 
 
 def smoke_timeout(n: int) -> list[str]:
-    """The all-reduce's outer bound for N lab nodes: all N ranks share this machine's two cores (32
-    ranks: 4.6 s per 64 MiB all-reduce, the whole run past the default 120 s, though every size
-    completed with the right sum), where a cluster gives each node its own. 20 s per node from 8 on."""
-    return ["-e", f"allreduce_smoke_timeout={20 * n}"] if n > 8 else []
+    """The bounds of N lab nodes sharing this machine's two cores, where a cluster gives each node its
+    own: the all-reduce's outer bound (32 ranks: 4.6 s per 64 MiB all-reduce, the whole run past the
+    default 120 s, though every size completed with the right sum), 20 s per node from 8 on; and the
+    SSH matrix's and pdsh's banner waits (a fresh 32-node run makes 1,024 logins at once, twice: at load
+    50, 2 of them waited more than the matrix's 5 s for sshd's banner, and 3 to 5 per node more than
+    pdsh's 10 s), 20 and 30 s."""
+    if n <= 8:
+        return []
+    return ["-e", f"allreduce_smoke_timeout={20 * n}", "-e", "ssh_mesh_check_connect_timeout=20",
+            "-e", "ssh_mesh_check_timeout=120", "-e", "pdsh_connect_timeout=30", "-e", "pdsh_command_timeout=60"]
 
 
 def measure(n: int, row: dict, args) -> dict:
@@ -196,11 +208,12 @@ def main() -> int:
         fan_re = (r["site_rerun_s"] / r["ref_s"]) / (base["site_rerun_s"] / base["ref_s"])
         fan_ver = (r["verify_s"] / r["ref_s"]) / (base["verify_s"] / base["ref_s"])
         wb = r["wheel_bytes"]
-        print(f"{n:>5} {r['ref_s']:>7.2f} {r['site_first_s']:>10.1f} {r['site_rerun_s']:>9.2f} "
+        first = "-" if r["site_first_s"] is None else f"{r['site_first_s']:.1f}"
+        print(f"{n:>5} {r['ref_s']:>7.2f} {first:>10} {r['site_rerun_s']:>9.2f} "
               f"{r['site_rerun_s'] / r['ref_s']:>7.2f} {r['verify_s']:>9.2f} {r['verify_s'] / r['ref_s']:>8.2f} "
               f"{fan_re:>7.2f} {fan_ver:>8.2f} {wb['controller'] / 1e6:>8.1f} {wb['peer'] / 1e6:>8.1f}")
     print("fresh site.yml (all labs at once): " + ", ".join(
-        f"{n} nodes {rows[n]['site_first_s']:.0f} s" for n in rows))
+        f"{n} nodes {rows[n]['site_first_s']:.0f} s" for n in rows if rows[n]["site_first_s"] is not None))
     print(f"total {time.monotonic() - t0:.0f} s; verify rc per N: {[rows[n]['verify_rc'] for n in rows]}; "
           f"re-run changed per N: {[rows[n]['site_rerun_changed'] for n in rows]}")
     return 0 if all(r["verify_rc"] == 0 for r in rows.values()) else 1
