@@ -233,12 +233,17 @@ def _reuse_gpu(ctx):
     return None
 
 
+def _dcgm(ctx):
+    """verify_dcgm: dcgmi diag in verify's gpu_health check (provision verify's own, never the stage's)."""
+    return str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on")
+
+
 def _reuse_gpu_health(ctx):
     """The stage's health reading on a GPU node; where the stage read no GPU and none on the PCI bus, the
     skips gpu_health_info gives there (the stage runs the health module on GPU nodes only)."""
     r = ctx.var("cuda_toolkit_result")
-    if not unchanged(r) or str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on"):
-        return None  # dcgmi diag is verify's own
+    if not unchanged(r) or _dcgm(ctx):
+        return None
     health = r.get("health")
     if isinstance(health, dict) and health.get("checks") and not health.get("failed"):
         return health
@@ -520,7 +525,7 @@ CATALOG = [
          "MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
          module="provision.cluster.gpu_health_info", stage="cuda_toolkit", reuse=_reuse_gpu_health,
          args=lambda ctx: {"node": ctx.host, "expected_gpus": int(ctx.var("gpu_health_expected_gpus") or 0),
-                           "dcgm_diag": str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on")},
+                           "dcgm_diag": _dcgm(ctx)},
          keep=_keep_gpu_health),
     Spec("gpu_count", "gpu_count", "the same GPU count on every node (gpu_health_expected_gpus, else the first GPU node's)",
          phase=CLUSTER, group="gpu_health", needs=("gpu_health",), cluster=_cluster_gpu_count, stage="cuda_toolkit",
