@@ -87,7 +87,8 @@ def test_unreachable_hosts_one_line_each(tmp_path):
     listener.listen(4)
     silent = listener.getsockname()[1]
     accepted = []
-    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    waiter = threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True)
+    waiter.start()
     inv = write_inventory(tmp_path, {"refused": ("127.0.0.1", port), "silent": ("127.0.0.1", silent),
                                      "alias": ("127.0.0.1", port)})
     pw = password_file(tmp_path)
@@ -95,7 +96,16 @@ def test_unreachable_hosts_one_line_each(tmp_path):
         proc, seconds = run_bootstrap(tmp_path, "-i", str(inv), "--password-file", str(pw),
                                       "--accept-host-keys", "--timeout", "2")
     finally:
+        # wake and end the accept() first: a thread still in it when the socket's number is reused
+        # would accept on the next test's listener
+        try:
+            listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        waiter.join(timeout=10)
         listener.close()
+        for conn, _addr in accepted:
+            conn.close()
     assert proc.returncode == 1, proc
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
     assert len(failed) == 3, proc

@@ -84,13 +84,18 @@ class SSHD:
         self.sock.listen(8)
         self.port = self.sock.getsockname()[1]
         self.transports: list[paramiko.Transport] = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.closing = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def _serve(self):
         while True:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
+                return
+            if self.closing:
+                conn.close()
                 return
             transport = paramiko.Transport(conn)
             transport.add_server_key(self.host_key)
@@ -100,6 +105,15 @@ class SSHD:
             self.transports.append(transport)
 
     def close(self):
+        # shutdown wakes the accept() the thread is blocked in; the thread is gone before the socket's
+        # number is freed, so it can never accept on the next test's listener (which gets that number)
+        self.closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), "the test sshd's accept thread did not end"
         self.sock.close()
         for transport in self.transports:
             transport.close()
