@@ -67,3 +67,27 @@ def test_each_save_adds_a_sample_and_the_median_is_compared():
     for i in range(10):
         base = B.make(GREEN, saved_at=10 + i, old=base)
     assert len(base["samples"]) == B.MAX_SAMPLES
+
+
+def test_a_drop_at_a_latency_bound_size_warns_and_a_drop_at_a_large_size_fails():
+    base = B.make(GREEN, saved_at=0)
+    # the lab's healthy run that failed CI once: 1 MiB 64% below a one-run baseline, 64 MiB within it
+    noisy = copy.deepcopy(GREEN)
+    noisy["rows"][0]["busbw"] = 0.072
+    out = B.compare(base, noisy, "n1")
+    assert [(c["check"], c["status"]) for c in out] == [("allreduce baseline small sizes", "warn"),
+                                                         ("allreduce baseline", "pass")]
+    assert "1048576 B: 0.072 GB/s, 64% below 0.2" in out[0]["detail"] and "below 16777216 B" in out[0]["detail"]
+    assert "at 16777216 B and above" in out[1]["detail"]
+    both = copy.deepcopy(noisy)
+    both["rows"][1]["busbw"] = 0.3
+    out = {c["check"]: c for c in B.compare(base, both, "n1")}
+    assert out["allreduce baseline"]["status"] == "fail" and "1048576" not in out["allreduce baseline"]["detail"]
+    assert out["allreduce baseline small sizes"]["status"] == "warn"
+    # every size small (allreduce_smoke_sizes: [64K, 1M]): the largest is judged as the bandwidth figure
+    small = {**GREEN, "rows": [{"bytes": 64 << 10, "busbw": 0.05}, {"bytes": 1 << 20, "busbw": 0.2}]}
+    base = B.make(small, saved_at=0)
+    slower = copy.deepcopy(small)
+    slower["rows"][1]["busbw"] = 0.1
+    (c,) = B.compare(base, slower, "n1")
+    assert c["status"] == "fail" and "1048576 B: 0.1 GB/s, 50% below 0.2" in c["detail"]
