@@ -49,14 +49,8 @@ def _ssh_printenv(lab, src, dst, names):
 
 
 def _stages(lab, *extra):
-    """site.yml through these stages; while some stage's role is not on main yet (site.yml does not
-    load), the same stage playbooks in the same order."""
-    if all((REPO / "roles" / name).is_dir() for name in re.findall(r"provision\.cluster\.(\w+)", "".join(
-            (REPO / "playbooks" / f"{stage}.yml").read_text() for stage in re.findall(
-                r"playbooks/(\w+)\.yml", (REPO / "site.yml").read_text())))):
-        books = [str(REPO / "site.yml"), "--tags", ",".join(STAGES)]
-    else:
-        books = [str(REPO / "playbooks" / f"{stage}.yml") for stage in STAGES]
+    """site.yml through these stages (preflight always runs: it computes the plan)."""
+    books = [str(REPO / "site.yml"), "--tags", ",".join(STAGES)]
     argv = [tool("ansible-playbook"), "-i", str(REPO / "inventory/lab"), *books, "-e", json.dumps(EXTRA), *extra]
     proc = subprocess.run(argv, cwd=REPO, env=ansible_env(lab.name), capture_output=True, text=True,
                           timeout=900, check=False)
