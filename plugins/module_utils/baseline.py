@@ -139,7 +139,7 @@ def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE):
                                   "GB/s of %s" % (probe["src"], probe["dst"], got, 100 * (1 - got / ref), ref, when),
                         "fix": "check %s's cluster interface (ethtool/ip -s link: errors, speed, MTU, a qdisc) and "
                                "the path to %s" % (probe["src"], probe["dst"])})
-    if not [c for c in out if c["status"] == "fail"]:
+    if not any(c["status"] == "fail" for c in out):
         out.append({"check": "allreduce baseline", "status": "pass", "node": master, "fix": "",
                     "detail": "within %.0f%% of the baseline of %s%s (busbw %.3g GB/s then, %s now)" % (
                         100 * tolerance, when, " at %d B and above" % floor if small else "",
