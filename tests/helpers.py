@@ -177,9 +177,11 @@ vars:
 
 
 def probe_lines(text: str) -> list[dict]:
-    """The `PROBE key=value ...` lines a test job printed (one per rank), as dicts."""
-    return [dict(kv.split("=", 1) for kv in line.split("PROBE ", 1)[1].split())
-            for line in text.splitlines() if "PROBE " in line]
+    """The `PROBE key=value ...` records a test job printed (one per rank), as dicts. One line can hold
+    two records: `colossalai run` relays each node's output through a process of its own, and once
+    wrote node2's record before node1's newline ("...:/binPROBE host=node2 ...")."""
+    return [dict(kv.split("=", 1) for kv in record.split())
+            for line in text.splitlines() for record in line.split("PROBE ")[1:]]
 
 
 TORCH_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"

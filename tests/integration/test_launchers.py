@@ -49,8 +49,9 @@ t = torch.tensor([rank + 1.0])
 dist.all_reduce(t)
 env = " ".join("env.%s=%s" % (k, v) for k, v in sorted(os.environ.items())
                if k == "PATH" or k.startswith(("NCCL_", "GLOO_")))
-print("PROBE host=%s rank=%d world=%d group_rank=%s sum=%d exe=%s %s" % (socket.gethostname(), rank, world,
-      os.environ.get("GROUP_RANK", "-"), int(t.item()), sys.executable, env), flush=True)
+# the record and its newline in one write (a relaying launcher cannot put another node's text between)
+os.write(1, ("PROBE host=%s rank=%d world=%d group_rank=%s sum=%d exe=%s %s\\n" % (socket.gethostname(), rank, world,
+         os.environ.get("GROUP_RANK", "-"), int(t.item()), sys.executable, env)).encode())
 dist.destroy_process_group()
 """
 
@@ -63,9 +64,9 @@ t = torch.tensor([acc.process_index + 1.0])
 dist.all_reduce(t)
 env = " ".join("env.%s=%s" % (k, v) for k, v in sorted(os.environ.items())
                if k == "PATH" or k.startswith(("NCCL_", "GLOO_")))
-print("PROBE host=%s rank=%d world=%d type=%s backend=%s sum=%d exe=%s %s" % (socket.gethostname(),
-      acc.process_index, acc.num_processes, acc.distributed_type.value, acc.state.backend, int(t.item()),
-      sys.executable, env), flush=True)
+os.write(1, ("PROBE host=%s rank=%d world=%d type=%s backend=%s sum=%d exe=%s %s\\n" % (socket.gethostname(),
+         acc.process_index, acc.num_processes, acc.distributed_type.value, acc.state.backend, int(t.item()),
+         sys.executable, env)).encode())
 dist.destroy_process_group()
 """
 
