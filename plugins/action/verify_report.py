@@ -60,13 +60,14 @@ def _inventory_problem(line, order):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("select", "smoke", "reuse", "in_site", "stats", "baseline", "save_baseline",
-                             "baseline_tolerance"))
+                             "baseline_tolerance", "baseline_link_tolerance"))
 
     def _baseline(self, result, args, master):
         """Compare the all-reduce with the saved baseline (when there is one), save it when asked."""
         path = os.path.expanduser(str(args.get("baseline") or ""))
         tolerance = float(args.get("baseline_tolerance") or B.DEFAULT_TOLERANCE)
-        out = {"path": path or None, "tolerance": tolerance}
+        link_tolerance = float(args.get("baseline_link_tolerance") or B.DEFAULT_LINK_TOLERANCE)
+        out = {"path": path or None, "tolerance": tolerance, "link_tolerance": link_tolerance}
         old = None
         if path and os.path.isfile(path):
             try:
@@ -78,7 +79,7 @@ class ActionModule(ActionBase):
             ok, diff = B.comparable(old, result)
             out.update(saved_at=old.get("saved_at"), comparable=ok, differences=diff)
             if ok:
-                out["checks"] = B.compare(old, result, master, tolerance)
+                out["checks"] = B.compare(old, result, master, tolerance, link_tolerance)
             else:
                 out["checks"] = [C.warned("allreduce baseline", "not comparable, not used: the baseline was taken with "
                                           "another %s" % "; ".join(diff[:6]),

@@ -26,6 +26,12 @@ SCHEMA = 1
 # containers share two cores with the controller and other jobs, gave 0.351-0.497 GB/s at 64 MiB
 # (median 0.38, -8%/+30%), so the lab's tests pass a wider tolerance (verify_baseline_tolerance).
 DEFAULT_TOLERANCE = 0.10
+# Each link's figure is one TCP stream while every link is busy: it moves with CPU and interrupt
+# placement far more than the collective's busbw, which averages over every link (the lab, healthy: one
+# link 0.48-1.11 GB/s over six runs, busbw at 64 MiB 0.50-0.57). A link fails when it is more than
+# 25% below its baseline: the link faults this is for cost far more (a link at a tenth: -90%; a
+# 100 Gb/s port negotiated at 25 Gb/s: -75%; a lost bond member or half-width port: -50%).
+DEFAULT_LINK_TOLERANCE = 0.25
 MAX_SAMPLES = 5
 # Message sizes at or above this are bandwidth-bound: their busbw is the cluster's bandwidth, and a
 # drop below the baseline fails. Below it a call's time is mostly per-call latency, which moves with the
@@ -101,8 +107,9 @@ def comparable(baseline, result):
     return (not diff), diff
 
 
-def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE):
-    """Check records of a run against its baseline (the caller made sure it is comparable)."""
+def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE, link_tolerance=DEFAULT_LINK_TOLERANCE):
+    """Check records of a run against its baseline (the caller made sure it is comparable): busbw per
+    size within ``tolerance``, each link of the ring probe within ``link_tolerance``."""
     when = "%s (median of %d run%s)" % (time.strftime("%Y-%m-%d %H:%M", time.localtime(baseline.get("saved_at") or 0)),
                                         len(baseline.get("samples") or [1]),
                                         "" if len(baseline.get("samples") or [1]) == 1 else "s")
@@ -132,16 +139,19 @@ def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE):
     for probe in result.get("tcp_ring") or []:
         ref = old_links.get((probe.get("src"), probe.get("dst")))
         got = probe.get("gbps")
-        if ref and got is not None and got < (1 - tolerance) * ref:
+        if ref and got is not None and got < (1 - link_tolerance) * ref:
             out.append({"check": "link %s->%s baseline" % (probe["src"], probe["dst"]), "status": "fail",
                         "node": probe["src"],
                         "detail": "%s -> %s carries %.3g GB/s with every link busy, %.0f%% below the baseline %.3g "
-                                  "GB/s of %s" % (probe["src"], probe["dst"], got, 100 * (1 - got / ref), ref, when),
+                                  "GB/s of %s (link tolerance %.0f%%)" % (probe["src"], probe["dst"], got,
+                                                                          100 * (1 - got / ref), ref, when,
+                                                                          100 * link_tolerance),
                         "fix": "check %s's cluster interface (ethtool/ip -s link: errors, speed, MTU, a qdisc) and "
                                "the path to %s" % (probe["src"], probe["dst"])})
     if not any(c["status"] == "fail" for c in out):
         out.append({"check": "allreduce baseline", "status": "pass", "node": master, "fix": "",
-                    "detail": "within %.0f%% of the baseline of %s%s (busbw %.3g GB/s then, %s now)" % (
-                        100 * tolerance, when, " at %d B and above" % floor if small else "",
+                    "detail": "within %.0f%% of the baseline of %s%s, each link within %.0f%% (busbw %.3g GB/s "
+                              "then, %s now)" % (
+                        100 * tolerance, when, " at %d B and above" % floor if small else "", 100 * link_tolerance,
                         baseline.get("busbw_gbps") or 0, result.get("busbw_gbps"))})
     return out

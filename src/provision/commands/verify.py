@@ -171,7 +171,8 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_toolchain_min_version=11.")
 @click.option("--save-baseline", is_flag=True,
               help="With --smoke (implied): keep this run's all-reduce figures as the cluster's baseline, which later "
-                   "--smoke runs are compared with.")
+                   "--smoke runs are compared with (busbw within -e verify_baseline_tolerance, default 0.10; each "
+                   "link within verify_baseline_link_tolerance, default 0.25).")
 @click.option("--baseline", "baseline", metavar="FILE", default=None,
               help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
 @click.option("--timeout", default=None, type=float,
