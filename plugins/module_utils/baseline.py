@@ -149,9 +149,9 @@ def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE, link_toleranc
                         "fix": "check %s's cluster interface (ethtool/ip -s link: errors, speed, MTU, a qdisc) and "
                                "the path to %s" % (probe["src"], probe["dst"])})
     if not any(c["status"] == "fail" for c in out):
+        sizes = " at %d B and above" % floor if small else ""
         out.append({"check": "allreduce baseline", "status": "pass", "node": master, "fix": "",
                     "detail": "within %.0f%% of the baseline of %s%s, each link within %.0f%% (busbw %.3g GB/s "
-                              "then, %s now)" % (
-                        100 * tolerance, when, " at %d B and above" % floor if small else "", 100 * link_tolerance,
-                        baseline.get("busbw_gbps") or 0, result.get("busbw_gbps"))})
+                              "then, %s now)" % (100 * tolerance, when, sizes, 100 * link_tolerance,
+                                                 baseline.get("busbw_gbps") or 0, result.get("busbw_gbps"))})
     return out
