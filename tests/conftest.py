@@ -22,7 +22,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    assert FIXTURES.is_dir(), f"shared fixtures missing at {FIXTURES}"
+    assert FIXTURES.is_dir(), f"fixtures missing at {FIXTURES}"
     return FIXTURES
 
 

@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# ../shared beside the checkout (CI's layout); PROVISION_SHARED overrides (e.g. for git worktrees)
-SHARED = Path(os.environ.get("PROVISION_SHARED") or REPO.parent / "shared")
-FIXTURES = SHARED / "fixtures"
+# real captured outputs, each folder with a README that says where it comes from
+FIXTURES = REPO / "tests" / "fixtures"
 COLLECTIONS = REPO / "collections"
 LAB_INVENTORY = REPO / "inventory" / "lab"
 BIN = Path(sys.executable).parent

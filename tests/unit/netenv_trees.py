@@ -1,7 +1,7 @@
 """Build sysfs/procfs trees in a temp dir from captured facts (shared by the netenv unit tests).
 
 Nothing here invents output: the trees are laid out from real captures
-(../../shared/fixtures/h100-node/net, ../../shared/fixtures/seed-ib, tests/fixtures/netenv) in the
+(tests/fixtures/h100-node/net, tests/fixtures/seed-ib, tests/fixtures/netenv) in the
 layout the kernel uses (/sys/class/net/IF/ATTR, /sys/class/infiniband/DEV/ports/N/ATTR,
 /proc/net/FILE).
 """

@@ -1,6 +1,6 @@
 """Unit tests of the all-reduce smoke logic on real captured outputs.
 
-Fixtures: ../shared/fixtures/h100-node (NCCL logs from an H100 VM, see its README and
+Fixtures: tests/fixtures/h100-node (NCCL logs from an H100 VM, see its README and
 failures/README.md) and tests/fixtures/allreduce_smoke (gloo logs captured from the lab, see
 the README there).
 """
