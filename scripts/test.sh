@@ -5,6 +5,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
 source .venv/bin/activate
+# everything is installed now: a test that cannot run (no podman, a failed download) fails, not skips
+export PROVISION_TEST_STRICT="${PROVISION_TEST_STRICT:-1}"
 python -m pytest "$@"
 rc=$?
 if [ "$rc" = 5 ]; then

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, ansible_env, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
+from helpers import REPO, ansible_env, cannot_run, lab_name, need_module, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
 
 pytestmark = pytest.mark.lab
 
@@ -270,7 +270,7 @@ def _pip(*argv: str, env: dict | None = None, timeout: float = 900) -> None:
     proc = subprocess.run([sys.executable, "-m", "pip", *argv], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
     if proc.returncode != 0:
-        pytest.skip(f"pip {argv[0]} failed on the controller: {proc.stderr[-300:]}")
+        cannot_run(f"pip {argv[0]} failed on the controller: {proc.stderr[-300:]}")
 
 
 def _deepspeedtorch_wheelhouse() -> Path:
@@ -322,7 +322,7 @@ apt-get $o update >/tmp/apt-mpi.log 2>&1 && apt-get $o install -y --no-install-r
 @pytest.fixture(scope="module")
 def launchers_installed(fabric):
     """DeepSpeed, accelerate, Colossal-AI (pip) and Open MPI (apt) on both nodes, all at once."""
-    pytest.importorskip("torch", reason="building the DeepSpeed/Colossal-AI wheels needs torch==2.13.0 in the test venv")
+    need_module("torch", "building the DeepSpeed/Colossal-AI wheels needs torch==2.13.0 in the test venv")
     wheelhouses = [_deepspeedtorch_wheelhouse(), _pythontorch_wheelhouse()]
     url = _lab_status()["mirror"]["url"]
     started = time.monotonic()

@@ -5,18 +5,17 @@ points at the wrong node."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from helpers import LAB_INVENTORY, REPO, ansible_env, node_exec, run_playbook, tool
+from helpers import LAB_INVENTORY, REPO, ansible_env, lab_name, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
 PLAYBOOK = "playbooks/node_runtime.yml"
-FAULTY = "rtf-%d" % (os.getpid() % 10000)
-HEALTHY = "rth-%d" % (os.getpid() % 10000)
+FAULTY = lab_name("rtf")
+HEALTHY = lab_name("rth")
 # node 2 of the faulty lab: Docker's 64 MiB /dev/shm, memlock 64 KiB, nofile 1024 soft / 4096 hard
 # (a --ulimit replaces podman's default list, so nproc is passed too)
 FAULT_OPTIONS = ["--node-option", "2:--shm-size=64m", "--node-option", "2:--ulimit=memlock=65536:65536",

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -57,13 +57,14 @@ def test_shipped_site_yml_parses_with_shipped_collection(installed, tmp_path):
 
 def test_lab_commands_work_from_the_wheel(installed):
     base, venv = installed
-    proc = _run(venv, "provision", "lab", "up", "--name", "t-pkg", "--nodes", "1", cwd=base)
+    name = lab_name("pkg")
+    proc = _run(venv, "provision", "lab", "up", "--name", name, "--nodes", "1", cwd=base)
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        doc = json.loads(_run(venv, "provision", "lab", "status", "--name", "t-pkg", "--json", cwd=base).stdout)
+        doc = json.loads(_run(venv, "provision", "lab", "status", "--name", name, "--json", cwd=base).stdout)
         assert doc["up"] and doc["nodes"][0]["name"] == "node1"
     finally:
-        _run(venv, "provision", "lab", "down", "--name", "t-pkg", cwd=base)
+        _run(venv, "provision", "lab", "down", "--name", name, cwd=base)
 
 
 # ---- the collection as Galaxy users get it: `ansible-galaxy collection build`, then `install` ----

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import lab_name, run_playbook
+from helpers import lab_name, node_exec, run_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -44,7 +44,6 @@ def node(i, addr):
      "sshd_port: 29500", "sshd_port and cluster_master_port are both 29500"),
 ])
 def test_bad_inventory_fails_in_preflight(lab, tmp_path, case, hosts, extra, expect):
-    marker = "/root/.provision-preflight-marker"
     result = run_playbook(PLAYBOOK, inventory=inventory(tmp_path, hosts, extra), lab_name=LAB)
     assert result.rc != 0, result
     assert expect in result.output, result
@@ -52,7 +51,11 @@ def test_bad_inventory_fails_in_preflight(lab, tmp_path, case, hosts, extra, exp
     assert result.changed == 0, result
     assert "TASK [provision.cluster.gcc_toolchain" not in result.output
     assert "Gather min and hardware facts" not in result.output.split("Stop on an inventory problem")[-1]
-    assert marker  # (the lab nodes are untouched: see test below)
+    # and the nodes were not touched: nothing of any stage on them
+    for i in (1, 2):
+        left = node_exec(LAB, i, "ls -d /etc/provision /opt/provision /root/.ssh/id_ed25519 /root/.provision "
+                                 "2>/dev/null; grep -l 'BEGIN provision' /root/.bashrc 2>/dev/null; true").stdout
+        assert left.strip() == "", (f"node{i}", left)
 
 
 def test_good_inventory_passes_preflight_and_records_the_plan(lab, tmp_path):

@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import uuid
 
 import helpers
 import pytest
-from helpers import REPO, node_exec, run_playbook
+from helpers import REPO, lab_name, node_exec, run_playbook
 
 pytestmark = pytest.mark.lab
 
-LAB = "sshit" + uuid.uuid4().hex[:4]
+LAB = lab_name("ssh")
 NODES = 2
 
 

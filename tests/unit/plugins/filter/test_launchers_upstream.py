@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 import helpers  # noqa: F401
+from helpers import cannot_run
 from ansible_collections.provision.cluster.plugins.filter import launchers as L
 
 DEEPSPEED = "deepspeed==0.19.8"
@@ -59,7 +60,7 @@ def _deepspeed_runner_source() -> str:
         proc = _pip("download", "--no-deps", "--no-binary", ":all:", "-d", str(target), DEEPSPEED)
         sdists = sorted(target.glob(f"{name}-{version}.tar.gz"))
         if not sdists:
-            pytest.skip(f"DeepSpeed's sdist cannot be downloaded here (pip: {proc.stderr.strip()[-200:]})")
+            cannot_run(f"DeepSpeed's sdist cannot be downloaded here (pip: {proc.stderr.strip()[-200:]})")
     with tarfile.open(sdists[0]) as tar:
         member = f"{name}-{version}/deepspeed/launcher/runner.py"
         return tar.extractfile(member).read().decode()
@@ -118,12 +119,12 @@ def test_mpi_hostfile_is_also_valid_for_deepspeed(tmp_path, deepspeed_runner):
 @pytest.fixture(scope="module")
 def accelerate_loader():
     if importlib.util.find_spec("torch") is None:
-        pytest.skip("accelerate imports torch, which is not in this venv (pip install torch==2.13.0)")
+        cannot_run("accelerate imports torch, which is not in this venv (pip install torch==2.13.0)")
     target = _cache() / "accelerate-1.15.0"
     if not (target / "accelerate").is_dir():
         proc = _pip("install", "--quiet", "--no-deps", "--target", str(target), *ACCELERATE)
         if proc.returncode != 0:
-            pytest.skip(f"accelerate cannot be installed here (pip: {proc.stderr.strip()[-200:]})")
+            cannot_run(f"accelerate cannot be installed here (pip: {proc.stderr.strip()[-200:]})")
     sys.path.insert(0, str(target))
     try:
         from accelerate.commands.config.config_args import load_config_from_file

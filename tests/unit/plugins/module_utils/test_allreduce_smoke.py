@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import REPO
+from helpers import REPO, need_module
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_smoke as ar
 from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker as worker
 from ansible_collections.provision.cluster.plugins.module_utils import sizes
@@ -74,7 +74,7 @@ def test_expected_value_is_exact_sum_of_rank_values():
 
 def test_the_workers_check_on_tensors_is_the_sum_of_what_the_ranks_put_in():
     """The very expressions the rank process runs, on the tensors it builds (torch on the CPU)."""
-    torch = pytest.importorskip("torch")
+    torch = need_module("torch", "the worker's tensor code runs on torch")
     world = 5
     pattern = torch.arange(1000, dtype=torch.int64) % 3
     total = sum(worker.rank_value(pattern, r).to(torch.float32) for r in range(world))
@@ -247,7 +247,7 @@ def test_ring_probe_sends_both_ways_at_once_on_loopback():
     """Two ranks (threads), each with its own TCPStore client as the workers have: both links carry
     data at the same time and every rank gets both rates (a client shared between the probe's threads
     deadlocked in get/set: this runs on a real TCPStore for that reason)."""
-    dist_c10d = pytest.importorskip("torch.distributed")
+    dist_c10d = need_module("torch.distributed", "the c10d store check runs on torch")
     timeout = datetime.timedelta(seconds=30)
     master = dist_c10d.TCPStore("127.0.0.1", 0, 2, True, timeout=timeout, wait_for_workers=False)
     client = dist_c10d.TCPStore("127.0.0.1", master.port, 2, False, timeout=timeout)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import helpers
-from helpers import FIXTURES, REPO
+from helpers import FIXTURES, REPO, need_module
 
 from ansible_collections.provision.cluster.plugins.module_utils import gpu as G
 from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
@@ -305,7 +305,7 @@ def test_cached_versions_needs_the_same_key(tmp_path):
 
 
 def test_python_versions_module_reuses_its_answer_until_the_environment_changes(tmp_path):
-    pytest.importorskip("torch")            # the probe must import torch for its answer to be kept
+    need_module("torch", "the probe must import torch for its answer to be kept")
     cache = tmp_path / "versions.json"
     args = {"python": sys.executable, "packages": ["pyyaml"], "cache": str(cache)}
     first = _module("python_versions", dict(args, _ansible_check_mode=True))

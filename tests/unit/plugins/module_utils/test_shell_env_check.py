@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 
-import pytest
 
 from helpers import REPO
+from ansible_collections.provision.cluster.plugins.module_utils import bashrc
 from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
 
 RECORDED = REPO / "tests" / "fixtures" / "verify"
-bashrc = pytest.importorskip("ansible_collections.provision.cluster.plugins.module_utils.bashrc")
 
 
 def read(name: str) -> str:
