@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bounds
+
 REPO = Path(__file__).resolve().parent.parent
 # real captured outputs, each folder with a README that says where it comes from
 FIXTURES = REPO / "tests" / "fixtures"
@@ -45,7 +47,8 @@ def adhoc(module: str, args: dict, *extra: str) -> tuple[str, dict]:
     """`ansible localhost -c local -m provision.cluster.MODULE` as a user runs it -> (status, result)."""
     argv = [tool("ansible"), "localhost", "-c", "local", "-m", f"provision.cluster.{module}",
             "-a", json.dumps(args), "-o", *extra]
-    proc = subprocess.run(argv, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(argv, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=bounds.COMMAND,
+                          check=False)
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("localhost |"))
     status, _, payload = line.partition(" => ")
     return status, json.loads(payload)
@@ -117,7 +120,7 @@ class PlaybookResult:
 
 def run_playbook(playbook: str | Path, *, lab_name: str | None = None, inventory: str | Path | None = None,
                  extra_args: list[str] | None = None, extra_vars: dict | None = None,
-                 env: dict[str, str] | None = None, timeout: float = 1200) -> PlaybookResult:
+                 env: dict[str, str] | None = None, timeout: float = bounds.STAGES) -> PlaybookResult:
     argv = [tool("ansible-playbook"), str(REPO / playbook) if not Path(playbook).is_absolute() else str(playbook),
             "-i", str(inventory or LAB_INVENTORY)]
     if extra_vars:
@@ -128,7 +131,7 @@ def run_playbook(playbook: str | Path, *, lab_name: str | None = None, inventory
     return PlaybookResult(proc)
 
 
-def lab_cmd(*args: str, lab_name: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+def lab_cmd(*args: str, lab_name: str, timeout: float = bounds.LAB_UP, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([tool("provision"), "lab", *args, "--name", lab_name], cwd=REPO,
                           env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
@@ -136,7 +139,7 @@ def lab_cmd(*args: str, lab_name: str, timeout: float = 900, check: bool = True)
     return proc
 
 
-def node_exec(lab_name: str, node: int, script: str, *, check: bool = True, timeout: float = 120,
+def node_exec(lab_name: str, node: int, script: str, *, check: bool = True, timeout: float = bounds.COMMAND,
               user: str | None = None, privileged: bool = False) -> subprocess.CompletedProcess:
     """Run a shell script inside a lab node (as root unless user is given; privileged: with every
     capability, e.g. CAP_NET_ADMIN for `ip rule`, which the node's own processes do not have)."""
@@ -217,7 +220,7 @@ def torch_wheelhouse() -> Path:
         TORCH_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
                                str(TORCH_WHEELHOUSE), "torch==2.13.0", "numpy"], capture_output=True, text=True,
-                              timeout=900)
+                              timeout=bounds.DOWNLOAD)
         if proc.returncode != 0:
             cannot_run(f"cannot build a torch 2.13.0 wheelhouse on the controller: {proc.stderr[-300:]}")
     return TORCH_WHEELHOUSE

@@ -29,6 +29,13 @@ description:
     C(<base>/<codename>/), for the apt line C(deb [trusted=yes] <base>/<codename> ./).
   - When the lab runs SLURM (C(provision lab up --slurm)), every host has C(lab_slurm_controller)
     (node1) and C(lab_slurm_partition) (lab).
+  - The lab's nodes share this machine's cores, where a cluster gives each node its own. When the lab has
+    more than four nodes per core, the waits the roles size for one node's CPU are raised for every host,
+    once, here (never in playbooks or tests) - C(ssh_mesh_check_connect_timeout), C(ssh_mesh_check_timeout),
+    C(pdsh_connect_timeout), C(pdsh_command_timeout) by C(ceil(nodes / (4 x cores))), and
+    C(allreduce_smoke_timeout), whose ring grows with the nodes, by C(ceil(nodes^2 / (64 x cores))) - each
+    the role default times that factor. C(lab_time_scale) holds the first factor. Variables set in the
+    inventory's group_vars or with C(-e) still win.
   - The config file must end in C(lab.yml) or C(lab.yaml).
 options:
   plugin:
@@ -98,6 +105,27 @@ def _known(known_hosts, addr, port):
         return False
 
 
+# (role, variable, which factor): the bounds a lab larger than its machine raises (see DOCUMENTATION)
+_SCALED = (("ssh_mesh", "ssh_mesh_check_connect_timeout", "login"), ("ssh_mesh", "ssh_mesh_check_timeout", "login"),
+           ("pdsh", "pdsh_connect_timeout", "login"), ("pdsh", "pdsh_command_timeout", "login"),
+           ("allreduce_smoke", "allreduce_smoke_timeout", "ring"))
+
+
+def lab_scales(nodes, cores):
+    """{"login": factor, "ring": factor} for NODES lab nodes on CORES cores (1 up to 4 nodes per core)."""
+    cores = max(1, int(cores or 1))
+    return {"login": max(1, -(-nodes // (4 * cores))), "ring": max(1, -(-nodes * nodes // (64 * cores)))}
+
+
+def _role_default(loader, role, name):
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "roles", role, "defaults", "main.yml")
+    try:
+        return (loader.load_from_file(path) or {}).get(name)
+    except Exception:  # a missing or unreadable defaults file: that bound is not raised
+        return None
+
+
 class InventoryModule(BaseInventoryPlugin):
     NAME = "provision.cluster.lab"
 
@@ -138,6 +166,12 @@ class InventoryModule(BaseInventoryPlugin):
         nodes = sorted(containers, key=lambda c: int((c.get("Labels") or {}).get(LABEL_INDEX, "0")))
         for group in ("cluster", "lab"):
             self.inventory.add_group(group)
+        scales = lab_scales(len(nodes), os.cpu_count())
+        self.inventory.set_variable("lab", "lab_time_scale", scales["login"])
+        for role, var, kind in _SCALED:
+            default = _role_default(loader, role, var)
+            if scales[kind] > 1 and isinstance(default, (int, float)):
+                self.inventory.set_variable("lab", var, default * scales[kind])
         for c in nodes:
             labels = c.get("Labels") or {}
             idx = int(labels.get(LABEL_INDEX, "0"))

@@ -1,72 +1,41 @@
-"""The allreduce_smoke stage on a real 2-node podman lab: a correct, timed all-reduce, and the
-failures it must name within 60 s without leaving a worker behind on any node.
+"""The allreduce_smoke stage on a real 2-node lab: a correct, timed all-reduce, and the failures it
+must name, each well before the bound that would otherwise end it, without leaving a worker behind.
 
-torch 2.13.0 (CPU) goes into /opt/provision/venv on the nodes (the python_env role's default
-python_env_path) from a controller wheelhouse, as python_env does, until that role is on main.
+The lab is the session's converged 2-node lab (site.yml green: torch 2.13.0 in /opt/provision/venv,
+the environment block, the mesh), reset to its snapshot before the next module that uses it.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from helpers import lab_name, node_exec, run_playbook, tool
+import bounds
+from helpers import node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
 PLAYBOOK = "playbooks/allreduce_smoke.yml"
-VENV = "/opt/provision/venv"
-WHEELHOUSE = Path("~/.cache/provision/wheelhouse").expanduser()
-TORCH = "torch==2.13.0"
 # small and quick: the lab shares 2 cores with everything else
 QUICK = {"allreduce_smoke_sizes": ["64K", "4M"], "allreduce_smoke_iters": 5,
          "allreduce_smoke_tcp_probe_seconds": 0.5}
 
 
-def _wheelhouse() -> Path:
-    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-    if not list(WHEELHOUSE.glob("torch-2.13.0*.whl")) or not list(WHEELHOUSE.glob("typing_extensions-*.whl")):
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-                        "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
-                        "--implementation", "cp", "--abi", "cp311", "--find-links", "/opt/wheels",
-                        "-d", str(WHEELHOUSE), TORCH], check=True, timeout=900)
-    return WHEELHOUSE
-
-
-def _install_torch(lab_name: str, node: int, wheelhouse: Path) -> None:
-    probe = node_exec(lab_name, node, f"{VENV}/bin/python -c 'import torch' 2>/dev/null", check=False)
-    if probe.returncode == 0:
-        return
-    node_exec(lab_name, node, "mkdir -p /tmp/wheels")
-    for whl in sorted(wheelhouse.glob("*.whl")):
-        subprocess.run(["podman", "cp", str(whl), f"{lab_name}-node{node}:/tmp/wheels/"], check=True, timeout=300)
-    node_exec(lab_name, node, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-index "
-              f"--find-links /tmp/wheels '{TORCH}' && rm -rf /tmp/wheels", timeout=900)
-
-
 @pytest.fixture(scope="module")
-def lab(lab_factory):
-    name = lab_name("smk")
-    made = lab_factory(name, 2)
-    wheelhouse = _wheelhouse()
-    with ThreadPoolExecutor(2) as pool:   # both nodes at once: ~1 GB of venv each
-        list(pool.map(lambda node: _install_torch(name, node, wheelhouse), (1, 2)))
-    status = json.loads(subprocess.run([tool("provision"), "lab", "status", "--name", name, "--json"],
-                                       capture_output=True, text=True, check=True).stdout)
-    made.nodes_info = {n["name"]: n for n in status["nodes"]}
-    return made
+def lab(scratch_lab):
+    status = json.loads(subprocess.run([tool("provision"), "lab", "status", "--name", scratch_lab.name, "--json"],
+                                       capture_output=True, text=True, check=True, timeout=bounds.COMMAND).stdout)
+    scratch_lab.nodes_info = {n["name"]: n for n in status["nodes"]}
+    return scratch_lab
 
 
 def smoke(lab, **extra_vars):
     start = time.monotonic()
     res = run_playbook(PLAYBOOK, lab_name=lab.name, extra_vars={**QUICK, **extra_vars},
-                       timeout=600)
+                       timeout=bounds.STAGES)
     res.wall = time.monotonic() - start
     return res
 
@@ -116,36 +85,39 @@ def test_master_port_held_fails_fast_naming_the_holder(lab):
                     # SO_REUSEADDR: the previous tests' connections leave port 29500 in TIME_WAIT
                     "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
                     "s.bind(('0.0.0.0', 29500)); s.listen(); time.sleep(300)",
-                    marker], check=True, timeout=60)
+                    marker], check=True, timeout=bounds.COMMAND)
     holder = ""
-    for _ in range(150):  # up to ~30 s on a loaded CI machine
+    deadline = time.monotonic() + bounds.POLL
+    while not holder and time.monotonic() < deadline:
         ps = node_exec(lab.name, 1, "ps -eo pid,args").stdout
         holder = next((ln.split()[0] for ln in ps.splitlines() if marker in ln), "")
-        if holder:
-            break
-        time.sleep(0.2)
+        time.sleep(bounds.POLL_STEP)
     assert holder, "the listener did not start"
+    node_exec(lab.name, 1, "i=0; until grep -q ':7394 .* 0A ' /proc/net/tcp || [ $i -ge 300 ]; do sleep 0.2; i=$((i+1)); done; "
+                           "grep -q ':7394 .* 0A ' /proc/net/tcp")   # 29500 = 0x7394, LISTEN = 0A
     try:
-        time.sleep(1)
-        res = smoke(lab)
+        outer = 600
+        res = smoke(lab, allreduce_smoke_timeout=outer)
         assert res.rc != 0, res
         assert f"master port 29500 is held by pid {holder} (python3)" in res.output, res
-        assert res.wall < 60, res.wall
         assert "Start the workers" not in res.stdout   # failed before any worker started
+        assert bounds.well_before(res.wall, outer), res.wall   # named, not waited out
         assert workers_left(lab) == []
     finally:
         node_exec(lab.name, 1, f"kill {holder}", check=False)
 
 
-def test_unreachable_master_is_named_within_60s_and_nothing_is_left(lab):
+def test_unreachable_master_is_named_at_once_and_nothing_is_left(lab):
     side = lab.nodes_info["node1"]["side_address"]   # node1's eth0: node2 has no route to it
-    res = smoke(lab, cluster_master_addr=side, allreduce_smoke_rendezvous_timeout=20)
+    outer = 300
+    res = smoke(lab, cluster_master_addr=side, allreduce_smoke_rendezvous_timeout=20, allreduce_smoke_timeout=outer)
     assert res.rc != 0, res
     assert f"node2: cannot reach the master {side}:29500: no route" in res.output, res
     assert [f["check"] for f in result_file(lab)["failures"]] == ["peer_unreachable"]
     for node in (1, 2):
         status = json.loads(node_exec(lab.name, node, "cat /root/.cache/provision/allreduce/run/status.json").stdout)
-        assert status["elapsed"] <= 60, (node, status)       # time to diagnosis on the node
+        # time to diagnosis on the node: the rendezvous bound (20 s) ends it, not the outer one
+        assert status["state"] == "failed" and bounds.well_before(status["elapsed"], outer), (node, status)
     assert workers_left(lab) == []
 
 

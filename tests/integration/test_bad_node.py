@@ -14,13 +14,13 @@ import subprocess
 import time
 
 import pytest
+import bounds
 from helpers import LAB_INVENTORY, REPO, ansible_env, lab_cmd, tool
 
 pytestmark = pytest.mark.lab
 
-# the bound is 60 s from the fault's run start; the CI machine (2 cores shared by the lab, the
-# controller and other jobs) gets some room: the measured times go to the closing note, not this bound
-LIMIT_S = 150
+# the 60 s from the fault's run start is measured in benchmarks (the machine's load moves it);
+# here: a fault is named without waiting out verify's bound (bounds.well_before)
 # the lab's healthy runs spread -8%/+30% around their median at 64 MiB, and one link's TCP figure 0.41-1.31
 # GB/s (shared cores: README, "Finding the bad node"); a link at a tenth costs -90%
 LAB_TOLERANCE = "0.5"
@@ -28,7 +28,7 @@ LAB_LINK_TOLERANCE = "0.75"
 TOLERANCES = ("-e", f"verify_baseline_tolerance={LAB_TOLERANCE}", "-e", f"verify_baseline_link_tolerance={LAB_LINK_TOLERANCE}")
 
 
-def verify(lab, *args: str, timeout: float = 400) -> tuple[int, dict, float]:
+def verify(lab, *args: str, timeout: float = bounds.VERIFY) -> tuple[int, dict, float]:
     t0 = time.monotonic()
     proc = subprocess.run([tool("provision"), "verify", "-i", str(LAB_INVENTORY), "--json", *args],
                           cwd=REPO, env=ansible_env(lab.name), capture_output=True, text=True, timeout=timeout)
@@ -73,7 +73,7 @@ def test_a_link_limited_to_a_tenth_is_named_by_pairs_and_against_the_baseline(la
         rc, doc, took = verify(lab, "--smoke", *TOLERANCES)
     finally:
         lab_cmd("fault", "node3", "--clear", lab_name=lab.name)
-    assert rc == 1 and took < LIMIT_S, took
+    assert rc == 1 and bounds.well_before(took, bounds.VERIFY), took
     smoke = doc["allreduce"]
     assert smoke["isolation"]["bad"] == ["node3"], smoke["isolation"]
     bad = [c for c in failures(doc) if c["check"] == "allreduce bad_node"]
@@ -91,7 +91,7 @@ def test_a_changed_mtu_fails_naming_the_node_and_the_value(lab):
         rc, doc, took = verify(lab, "--check", "consistency")
     finally:
         lab_cmd("fault", "node2", "--clear", lab_name=lab.name)
-    assert rc == 1 and took < LIMIT_S
+    assert rc == 1 and bounds.well_before(took, bounds.VERIFY)
     (c,) = [c for c in failures(doc) if c["check"] == "consistency"]
     assert c["node"] == "node2" and c["detail"].startswith("MTU of the NCCL interface 1400 while 3 other node(s) have")
     rc, doc, _ = verify(lab, "--check", "consistency")
@@ -104,7 +104,7 @@ def test_a_frozen_node_is_named_and_nothing_waits_for_it(lab):
         rc, doc, took = verify(lab, "--smoke", *TOLERANCES)
     finally:
         lab_cmd("fault", "node2", "--clear", lab_name=lab.name)
-    assert rc == 1 and took < LIMIT_S, took
+    assert rc == 1 and bounds.well_before(took, bounds.VERIFY), took
     reach = [c for c in failures(doc) if c["check"] == "node reachable"]
     assert [c["node"] for c in reach] == ["node2"] and "did not answer (frozen" in reach[0]["detail"]
     assert "node2" in doc["allreduce"]["isolation"]["bad"]

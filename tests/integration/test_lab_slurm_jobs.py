@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import bounds
 from helpers import REPO, ansible_env, cannot_run, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
 
 pytestmark = pytest.mark.lab
@@ -47,10 +48,10 @@ def _wheels(tmp: Path) -> Path:
     out = tmp / "provision-wheels"
     out.mkdir()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)], check=True,
-                   capture_output=True, timeout=600)
+                   capture_output=True, timeout=bounds.DOWNLOAD)
     own = next(out.glob("provision-*.whl"))
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(out), str(own)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=bounds.DOWNLOAD)
     if proc.returncode != 0:
         cannot_run(f"cannot make provision's wheelhouse: {proc.stderr[-300:]}")
     return out
@@ -61,12 +62,12 @@ def _install(lab: str, node: int, src: Path, packages: str, compile_: str = "") 
     (torch's thousands of files cost minutes of CPU on the shared machine); COMPILE_: the packages
     to compile (what the health check imports on every run)."""
     tmp = f"/tmp/wh-{src.name}"
-    subprocess.run(["podman", "cp", str(src), f"{lab}-node{node}:{tmp}"], check=True, timeout=300)
+    subprocess.run(["podman", "cp", str(src), f"{lab}-node{node}:{tmp}"], check=True, timeout=bounds.INSTALL)
     site = f"{VENV}/lib/python3*/site-packages"
     node_exec(lab, node, f"test -x {VENV}/bin/python || python3 -m venv {VENV}; "
                          f"{VENV}/bin/pip install -q --no-compile --no-index --find-links {tmp} {packages} && rm -rf {tmp}"
                          + (f" && {VENV}/bin/python -m compileall -q " + " ".join(f"{site}/{c}" for c in compile_.split())
-                            + " >/dev/null" if compile_ else ""), timeout=1500)
+                            + " >/dev/null" if compile_ else ""), timeout=bounds.INSTALL)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +142,7 @@ def test_salloc_nodelist_inventory_verifies_exactly_the_allocated_nodes(slurm3, 
         # reach: a generous bound, podman exec on the shared 2-core machine took > 20 s under load
         proc = subprocess.run([tool("provision"), "verify", "-i", str(inv), "--check", "gcc", "--check", "ports",
                                "-e", "verify_reach_timeout=120", "--json"], cwd=REPO, env=ansible_env(name, **alloc_env),
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=bounds.DOWNLOAD)
         took = time.monotonic() - t0
         assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
         doc = json.loads(proc.stdout)
@@ -159,7 +160,7 @@ def test_salloc_nodelist_inventory_verifies_exactly_the_allocated_nodes(slurm3, 
     finally:
         node_exec(name, 1, "touch /tmp/alloc.done", check=False)
         try:
-            hold.wait(timeout=60)
+            hold.wait(timeout=bounds.COMMAND)
         except subprocess.TimeoutExpired:
             hold.kill()
     assert hold.returncode == 0, hold.stdout.read() if hold.stdout else ""
@@ -170,13 +171,13 @@ def _healthcheck(lab, node: int) -> tuple[subprocess.CompletedProcess, float]:
     SLURMD_NODENAME, from /."""
     t0 = time.monotonic()
     proc = subprocess.run(["podman", "exec", "-w", "/", f"{lab.name}-node{node}", "env", "-i",
-                           f"SLURMD_NODENAME=node{node}", HEALTHCHECK], capture_output=True, text=True, timeout=400)
+                           f"SLURMD_NODENAME=node{node}", HEALTHCHECK], capture_output=True, text=True, timeout=bounds.VERIFY)
     return proc, time.monotonic() - t0
 
 
 def _shm(lab, node: int, size: str) -> None:
     subprocess.run(["podman", "exec", "--privileged", f"{lab.name}-node{node}", "mount", "-o", f"remount,size={size}",
-                    "/dev/shm"], check=True, capture_output=True, timeout=60)
+                    "/dev/shm"], check=True, capture_output=True, timeout=bounds.COMMAND)
 
 
 def test_health_check_drains_a_broken_node_and_resumes_it_once_fixed(slurm3):
@@ -220,14 +221,14 @@ def test_rendered_sbatch_runs_the_two_node_job_through_srun(torch_nodes, tmp_pat
     slurm3 = torch_nodes
     # the launchers stage for the two nodes the job runs on (the nodelist inventory, as inside an allocation)
     inv = _nodelist_inventory(slurm3, tmp_path / "job.nodelist.yml", "plugin: provision.cluster.nodelist\nnodelist: node[1-2]\n")
-    res = run_playbook("playbooks/launchers.yml", lab_name=slurm3.name, inventory=inv, timeout=600)
+    res = run_playbook("playbooks/launchers.yml", lab_name=slurm3.name, inventory=inv, timeout=bounds.STAGES)
     assert res.rc == 0 and sorted(res.recap) == ["node1", "node2"], res
     script = node_exec(slurm3.name, 1, f"cat {LAUNCH}/sbatch.sh").stdout
     assert "#SBATCH --nodes=2\n" in script and "srun --kill-on-bad-exit=1" in script, script
     t0 = time.monotonic()
     # --wait: sbatch returns when the job ends, with its exit code; the job may not take more than 5 min
     proc = node_exec(slurm3.name, 1, f"cd {LAUNCH} && timeout 420 sbatch --parsable --wait --time=5 "
-                                     f"--nodelist=node1,node2 sbatch.sh /tmp/probe.py", check=False, timeout=450)
+                                     f"--nodelist=node1,node2 sbatch.sh /tmp/probe.py", check=False, timeout=bounds.JOB)
     took = time.monotonic() - t0
     job = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else "?"
     out = node_exec(slurm3.name, 1, f"cat {LAUNCH}/slurm-{job}.out", check=False).stdout

@@ -5,11 +5,12 @@ over pdsh, Open MPI's mpirun, accelerate, Colossal-AI's CLI) over the fabric the
 nccl_net and shell_env roles make, each rank checked for world size, rank and the environment
 our ~/.bashrc block sets.
 
-torch comes from the controller's wheel (/opt/wheels, pinned 2.13.0): a wheelhouse is made here
-once (cached) and installed into a venv on each node, as the python_env role will do in site.yml.
-The other Python packages are downloaded on the controller (the only machine that reaches PyPI),
-copied into the nodes and installed with --no-index; Open MPI comes from the lab's package
-mirror (`provision lab up --mirror`), Debian's openmpi-bin.
+The lab is the session's converged 2-node lab (site.yml green: torch 2.13.0 in the python_env venv,
+sshd on 2222, the key mesh, the environment block), reset to its snapshot with the lab's package
+mirror (`provision lab up --from SNAPSHOT --mirror`) and reset again before the next module.
+The launchers' Python packages are downloaded on the controller (the only machine that reaches
+PyPI), copied into the nodes and installed with --no-index into that venv; Open MPI comes from the
+lab's package mirror, Debian's openmpi-bin.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, ansible_env, cannot_run, lab_name, need_module, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
+import bounds
+from helpers import REPO, ansible_env, cannot_run, lab_name, need_module, node_exec, nodelist_inventory, probe_lines, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
-LAB = lab_name("ln")
-VENV = "/opt/ln-venv"
+LAB = lab_name("site")     # the converged lab (tests/conftest.py)
+VENV = "/opt/provision/venv"  # python_env's venv
 LAUNCH_DIR = "/root/.provision/launch"
 DS_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-deepspeed"
 DEEPSPEED = "deepspeed==0.19.8"
@@ -79,45 +81,27 @@ time.sleep(600)
 """
 
 
-def _install_torch(node: int, wheelhouse: Path) -> None:
-    container = f"{LAB}-node{node}"
-    if node_exec(LAB, node, f"{VENV}/bin/python -c 'import torch'", check=False).returncode == 0:
-        return
-    subprocess.run(["podman", "cp", str(wheelhouse), f"{container}:/tmp/wheelhouse"], check=True, timeout=300)
-    node_exec(LAB, node, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-compile --no-index "
-                         f"--find-links /tmp/wheelhouse torch==2.13.0 numpy && rm -rf /tmp/wheelhouse", timeout=600)
-
-
 def _lab_status() -> dict:
     return json.loads(subprocess.run([tool("provision"), "lab", "status", "--name", LAB, "--json"],
-                                     capture_output=True, text=True, check=True, timeout=120).stdout)
+                                     capture_output=True, text=True, check=True, timeout=bounds.COMMAND).stdout)
 
 
 @pytest.fixture(scope="module")
-def lab(lab_factory):
-    # --mirror: the lab's package mirror (Debian's openmpi-bin for mpirun.sh)
-    lab = lab_factory(LAB, nodes=2, options=["--mirror"])
-    wheelhouse = torch_wheelhouse()
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda n: _install_torch(n, wheelhouse), (1, 2)))
-    # Node names must resolve to cluster addresses (c10d checks whether the endpoint is this host,
-    # gloo binds to the host name's address). The ssh_mesh role writes these /etc/hosts entries
-    # in site.yml; this module runs the launchers stage alone, so it writes them itself.
-    hosts = "".join(f"{n['address']} {n['name']}\n" for n in _lab_status()["nodes"])
+def lab(scratch_lab):
+    assert scratch_lab.name == LAB
+    # the package mirror beside the converged nodes: Debian's openmpi-bin for mpirun.sh
+    scratch_lab.reset("--mirror")
     for node in (1, 2):
-        node_exec(LAB, node, f"grep -q ' node1$' /etc/hosts || printf '{hosts}' >> /etc/hosts; "
-                             f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF\ncat > /tmp/fail.py <<'EOF'\n{FAIL}EOF\n"
+        node_exec(LAB, node, f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF\ncat > /tmp/fail.py <<'EOF'\n{FAIL}EOF\n"
                              f"cat > /tmp/acc_probe.py <<'EOF'\n{ACC_PROBE}EOF")
-    return lab
+    return scratch_lab
 
 
 @pytest.fixture(scope="module")
 def rendered(lab):
-    first = run_playbook("playbooks/launchers.yml", lab_name=LAB, extra_vars={"launchers_python": f"{VENV}/bin/python"},
-                         timeout=600)
+    first = run_playbook("playbooks/launchers.yml", lab_name=LAB, timeout=bounds.STAGES)
     assert first.rc == 0, first
-    second = run_playbook("playbooks/launchers.yml", lab_name=LAB,
-                          extra_vars={"launchers_python": f"{VENV}/bin/python"}, timeout=600)
+    second = run_playbook("playbooks/launchers.yml", lab_name=LAB, timeout=bounds.STAGES)
     assert second.rc == 0 and second.changed == 0, second
     return first
 
@@ -143,7 +127,7 @@ def test_rendered_c10d_command_runs_on_both_nodes(rendered):
     procs = [subprocess.Popen(["podman", "exec", f"{LAB}-node{n}", "timeout", "300",
                                f"{LAUNCH_DIR}/torchrun-c10d.sh", "/tmp/probe.py"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (1, 2)]
-    outs = [p.communicate(timeout=360)[0] for p in procs]
+    outs = [p.communicate(timeout=bounds.JOB)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     seen = [probe_lines(o) for o in outs]
     # c10d orders nodes by host name: node1 gets rank 0, node2 rank 1; one process per node (1 slot)
@@ -159,7 +143,7 @@ def _launch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_provision_launch_streams_prefixed_output(rendered):
     started = time.monotonic()
-    proc = _launch("--timeout", "480", "--", "/tmp/probe.py", timeout=600)
+    proc = _launch("--timeout", str(int(bounds.JOB_INNER)), "--", "/tmp/probe.py", timeout=bounds.JOB)
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if "PROBE " in ln]
@@ -172,11 +156,12 @@ def test_provision_launch_streams_prefixed_output(rendered):
 
 def test_provision_launch_stops_the_others_when_one_fails(rendered):
     started = time.monotonic()
-    proc = _launch("--timeout", "240", "--", "/tmp/fail.py")
+    # node1 sleeps 600 s; the job's own bound is JOB_INNER: the failure of node2 must end it long before
+    proc = _launch("--timeout", str(int(bounds.JOB_INNER)), "--", "/tmp/fail.py", timeout=bounds.JOB)
     took = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "failed (exit 1); stopping node1" in proc.stderr, proc.stderr
-    assert took < 200, "the sleeping node was not stopped"
+    assert bounds.well_before(took, bounds.JOB_INNER), f"the sleeping node was not stopped ({took:.0f} s)"
     # nothing of the job is left on the node that was stopped
     left = node_exec(LAB, 1, "pgrep -f '[/]tmp/fail.py' || true").stdout.strip()
     assert left == "", left
@@ -184,7 +169,7 @@ def test_provision_launch_stops_the_others_when_one_fails(rendered):
 
 def test_provision_launch_usage_errors_exit_2(tmp_path):
     proc = subprocess.run([tool("provision"), "launch", "-i", str(tmp_path / "missing.yml"), "--", "x.py"],
-                          cwd=REPO, env=ansible_env(LAB), capture_output=True, text=True, timeout=120)
+                          cwd=REPO, env=ansible_env(LAB), capture_output=True, text=True, timeout=bounds.COMMAND)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -198,7 +183,7 @@ def test_nodelist_inventory_from_slurm_ranges_drives_the_lab(rendered, tmp_path)
     cfg = _nodelist_inventory(tmp_path, "plugin: provision.cluster.nodelist\nnodelist: node[1-2]\n")
     # reaches both nodes, and renders exactly what the lab inventory rendered (same names,
     # addresses, slots): nothing changes
-    res = run_playbook("playbooks/launchers.yml", lab_name=LAB, inventory=cfg, timeout=600)
+    res = run_playbook("playbooks/launchers.yml", lab_name=LAB, inventory=cfg, timeout=bounds.STAGES)
     assert res.rc == 0 and res.changed == 0 and sorted(res.recap) == ["node1", "node2"], res
 
 
@@ -206,7 +191,7 @@ def test_nodelist_inventory_from_pbs_file(rendered, tmp_path):
     (tmp_path / "nodefile").write_text("node1\nnode1\nnode2\nnode2\n")
     cfg = _nodelist_inventory(tmp_path, f"plugin: provision.cluster.nodelist\npbs_nodefile: {tmp_path}/nodefile\n")
     res = run_playbook("playbooks/launchers.yml", lab_name=LAB, inventory=cfg,
-                       extra_vars={"launchers_dir": "/root/.provision/launch-pbs"}, timeout=600)
+                       extra_vars={"launchers_dir": "/root/.provision/launch-pbs"}, timeout=bounds.STAGES)
     assert res.rc == 0, res
     assert node_exec(LAB, 2, "cat /root/.provision/launch-pbs/hostfile.mpi").stdout.splitlines()[1:] == [
         "node1 slots=2", "node2 slots=2"]
@@ -215,12 +200,10 @@ def test_nodelist_inventory_from_pbs_file(rendered, tmp_path):
 
 def test_check_mode_changes_nothing(rendered):
     node_exec(LAB, 2, f"echo junk >> {LAUNCH_DIR}/hostfile.mpi")
-    res = run_playbook("playbooks/launchers.yml", lab_name=LAB, extra_args=["--check", "--diff"],
-                       extra_vars={"launchers_python": f"{VENV}/bin/python"}, timeout=600)
+    res = run_playbook("playbooks/launchers.yml", lab_name=LAB, extra_args=["--check", "--diff"], timeout=bounds.STAGES)
     assert res.rc == 0 and res.recap["node2"]["changed"] == 1 and res.recap["node1"]["changed"] == 0, res
     assert "junk" in _read(2, "hostfile.mpi")
-    res = run_playbook("playbooks/launchers.yml", lab_name=LAB, extra_vars={"launchers_python": f"{VENV}/bin/python"},
-                       timeout=600)
+    res = run_playbook("playbooks/launchers.yml", lab_name=LAB, timeout=bounds.STAGES)
     assert res.rc == 0 and "junk" not in _read(2, "hostfile.mpi")
 
 
@@ -241,8 +224,7 @@ def fabric(rendered):
     from ansible_collections.provision.cluster.plugins.module_utils.shell_env_check import block_exports
 
     started = time.monotonic()
-    res = run_playbook("site.yml", lab_name=LAB, extra_args=["--tags", FABRIC_TAGS], timeout=1200,
-                       extra_vars={"launchers_python": f"{VENV}/bin/python", "shell_env_path": [f"{VENV}/bin"]})
+    res = run_playbook("site.yml", lab_name=LAB, extra_args=["--tags", FABRIC_TAGS], timeout=bounds.STAGES)
     assert res.rc == 0, res
     print(f"sshd, ssh_mesh, nccl_net, shell_env, launchers stages: {time.monotonic() - started:.0f} s")
     blocks = {}
@@ -300,11 +282,11 @@ def _install_python_launchers(node: int, wheelhouses: list[Path]) -> None:
     """The wheelhouses copied into the node (podman cp: the nodes reach no index), installed into
     its venv with --no-index: DeepSpeed, accelerate, then Colossal-AI without its dependencies."""
     for wh in wheelhouses:
-        subprocess.run(["podman", "cp", str(wh), f"{LAB}-node{node}:/tmp/wh-{wh.name}"], check=True, timeout=300)
+        subprocess.run(["podman", "cp", str(wh), f"{LAB}-node{node}:/tmp/wh-{wh.name}"], check=True, timeout=bounds.INSTALL)
     links = " ".join(f"--find-links /tmp/wh-{wh.name}" for wh in wheelhouses)
     pip = f"{VENV}/bin/pip install -q --no-compile --no-index {links}"
     node_exec(LAB, node, f"({pip} {DEEPSPEED} {ACCELERATE} {' '.join(COLOSSALAI_CLI_DEPS)} && "
-                         f"{pip} --no-deps {COLOSSALAI}) && rm -rf /tmp/wh-*", timeout=900)
+                         f"{pip} --no-deps {COLOSSALAI}) && rm -rf /tmp/wh-*", timeout=bounds.INSTALL)
 
 
 def _install_openmpi(node: int, mirror_url: str) -> None:
@@ -316,7 +298,7 @@ o="-q -o Dir::Etc::SourceList=/tmp/lab-mirror.list -o Dir::Etc::SourceParts=/dev
 o="$o -o DPkg::Options::=--force-unsafe-io"
 export DEBIAN_FRONTEND=noninteractive
 apt-get $o update >/tmp/apt-mpi.log 2>&1 && apt-get $o install -y --no-install-recommends openmpi-bin \
-    >>/tmp/apt-mpi.log 2>&1 || {{ tail -20 /tmp/apt-mpi.log; exit 1; }}""", timeout=600)
+    >>/tmp/apt-mpi.log 2>&1 || {{ tail -20 /tmp/apt-mpi.log; exit 1; }}""", timeout=bounds.INSTALL)
 
 
 @pytest.fixture(scope="module")
@@ -338,7 +320,7 @@ def launchers_installed(fabric):
 def _run_launcher(launcher: str, program: str) -> tuple[subprocess.CompletedProcess, list[dict], float]:
     started = time.monotonic()
     # bounded, with room for a loaded 2-core host (every node and the controller share it)
-    proc = _launch("--launcher", launcher, "--timeout", "480", "--", program, timeout=600)
+    proc = _launch("--launcher", launcher, "--timeout", str(int(bounds.JOB_INNER)), "--", program, timeout=bounds.JOB)
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, probe_lines(proc.stdout), took
@@ -347,7 +329,7 @@ def _run_launcher(launcher: str, program: str) -> tuple[subprocess.CompletedProc
 # ---- DeepSpeed's own runner over pdsh, with our hostfile -----------------------------------
 
 def test_deepspeed_runner_over_pdsh_with_our_hostfile(fabric, launchers_installed):
-    node_exec(LAB, 1, "ssh -o BatchMode=yes node2 true && pdsh -R ssh -w node1,node2 true", timeout=60)
+    node_exec(LAB, 1, "ssh -o BatchMode=yes node2 true && pdsh -R ssh -w node1,node2 true", timeout=bounds.COMMAND)
     # `provision launch --launcher deepspeed` starts deepspeed.sh on the master only: DeepSpeed's
     # runner reads our hostfile and starts both ranks over pdsh (ssh on 2222)
     proc, seen, took = _run_launcher("deepspeed", "/tmp/probe.py")

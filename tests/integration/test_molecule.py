@@ -6,6 +6,7 @@ import re
 import subprocess
 
 import pytest
+import bounds
 from helpers import REPO, ansible_env, tool
 
 pytestmark = [pytest.mark.lab, pytest.mark.molecule]
@@ -18,7 +19,7 @@ def test_molecule_scenario(scenario):
     env = ansible_env()
     env.pop("ANSIBLE_CONFIG", None)  # molecule writes its own from molecule.yml
     proc = subprocess.run([tool("molecule"), "test", "-s", scenario], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=2400, check=False)
+                          capture_output=True, text=True, timeout=bounds.MOLECULE, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-8000:]
     # molecule's closing summary: every action of the scenario (idempotence included) succeeded

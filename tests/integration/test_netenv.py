@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import pytest
+import bounds
 from helpers import PlaybookResult, REPO, ansible_env, lab_name, node_exec, run_playbook, tool
 
 from ansible_collections.provision.cluster.plugins.module_utils import bashrc as br
@@ -44,7 +45,7 @@ def _ssh_printenv(lab, src, dst, names):
     """Non-interactive ssh as launchers use it: `ssh <peer> cmd` (the ssh_mesh role's ~/.ssh/config
     gives port, user and key; sshd runs `bash -c`, which reads ~/.bashrc; no tty)."""
     script = "; ".join(f'printf "%s=%s\\n" {n} "${{{n}-<unset>}}"' for n in names)
-    out = node_exec(lab.name, src, f"ssh -o ConnectTimeout=5 {dst} '{script}'", timeout=60).stdout
+    out = node_exec(lab.name, src, f"ssh -o ConnectTimeout=5 {dst} '{script}'", timeout=bounds.COMMAND).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
@@ -53,7 +54,7 @@ def _stages(lab, *extra):
     books = [str(REPO / "site.yml"), "--tags", ",".join(STAGES)]
     argv = [tool("ansible-playbook"), "-i", str(REPO / "inventory/lab"), *books, "-e", json.dumps(EXTRA), *extra]
     proc = subprocess.run(argv, cwd=REPO, env=ansible_env(lab.name), capture_output=True, text=True,
-                          timeout=900, check=False)
+                          timeout=bounds.STAGES, check=False)
     return PlaybookResult(proc)
 
 

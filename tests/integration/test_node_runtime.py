@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+import bounds
 from helpers import LAB_INVENTORY, REPO, ansible_env, lab_name, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
@@ -24,7 +25,7 @@ FAULT_OPTIONS = ["--node-option", "2:--shm-size=64m", "--node-option", "2:--ulim
 
 def _addresses(lab):
     out = subprocess.run([tool("provision"), "lab", "status", "--name", lab, "--json"], cwd=REPO,
-                         env=ansible_env(), capture_output=True, text=True, timeout=120, check=True).stdout
+                         env=ansible_env(), capture_output=True, text=True, timeout=bounds.COMMAND, check=True).stdout
     return {n["name"]: n["address"] for n in json.loads(out)["nodes"]}
 
 
@@ -38,14 +39,14 @@ def healthy(lab_factory):
     """A lab with the real sshd and ssh_mesh stages (site.yml's order: they run before node_runtime)."""
     lab = lab_factory(HEALTHY, nodes=2)
     for stage in ("playbooks/sshd.yml", "playbooks/ssh_mesh.yml"):
-        res = run_playbook(stage, lab_name=lab.name, timeout=600)
+        res = run_playbook(stage, lab_name=lab.name, timeout=bounds.STAGES)
         assert res.rc == 0, res
     return lab
 
 
 def test_faulty_node_fails_naming_node_limit_value_and_fix(faulty):
     lab = faulty
-    res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300,
+    res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=bounds.STAGES,
                        extra_vars={"node_runtime_check_landing": False})
     assert res.rc != 0, res
     assert res.recap["node1"]["failed"] == 0 and res.recap["node2"]["failed"] == 1, res
@@ -65,7 +66,7 @@ def test_verify_style_check_mode_reports_memlock_and_writes_nothing(faulty):
          "-a", "node_id={{ inventory_hostname }} require_memlock_unlimited=true manage_limits=true "
                "node_id_file=/etc/provision/verify-node-id"],
         cwd=REPO, env=ansible_env(lab.name, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json"),
-        capture_output=True, text=True, timeout=300, check=False)
+        capture_output=True, text=True, timeout=bounds.STAGES, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = proc.stdout[proc.stdout.index("{\n"):]  # profile_tasks prints a line before the document
     results = json.JSONDecoder().raw_decode(doc)[0]["plays"][0]["tasks"][0]["hosts"]
@@ -83,7 +84,7 @@ def test_fixes_what_a_container_allows_and_warns_for_the_rest(faulty):
     lab = faulty
     extra = {"node_runtime_check_landing": False, "node_runtime_shm_min": "64m", "node_runtime_min_nofile": 2048,
              "node_runtime_require_memlock_unlimited": "true", "node_runtime_on_container_limit": "warn"}
-    res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300, extra_vars=extra)
+    res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=bounds.STAGES, extra_vars=extra)
     assert res.rc == 0, res
     assert "memlock is 64 KiB soft / 64 KiB hard" in res.stdout  # the warning names value and fix
     # nofile soft raised to the container's hard limit by the drop-in (pam_limits: soft <= hard)
@@ -97,7 +98,7 @@ def test_healthy_lab_passes_idempotently(healthy):
     lab = healthy
     # what pdsh/DeepSpeed ranks get before the role: pam_limits' own default (1024 soft on this image)
     before = node_exec(lab.name, 1, "ssh -o BatchMode=yes node2 'ulimit -Sn'").stdout.strip()
-    first = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300, extra_args=["-v"])
+    first = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=bounds.STAGES, extra_args=["-v"])
     assert first.rc == 0, first
     # once per node in the landing task's own output (the published result repeats it with -v)
     landing = first.stdout.split("TASK [provision.cluster.node_runtime : Ssh to every node lands in that node]")[1]
@@ -106,7 +107,7 @@ def test_healthy_lab_passes_idempotently(healthy):
     assert first.stdout.count('"source": "ssh"') >= 2, first  # limits measured through the mesh
     after = node_exec(lab.name, 1, "ssh -o BatchMode=yes node2 'ulimit -Sn'").stdout.strip()
     assert after == "16384", "ssh session soft nofile %s before the role, %s after" % (before, after)
-    second = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300)
+    second = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=bounds.STAGES)
     assert second.rc == 0 and second.changed == 0, second
     token = node_exec(lab.name, 1, "cat /etc/provision/node-id").stdout.split()
     assert token[0] == "node1" and len(token[1]) == 32
@@ -119,7 +120,7 @@ def test_landing_fails_when_a_name_points_at_the_wrong_node(healthy):
                            "{ printf 'Host node2\\n  HostName %s\\n  Port 2222\\n'; cat /root/.ssh/config.rt-good; } "
                            "> /root/.ssh/config" % addr1)
     try:
-        res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=300)
+        res = run_playbook(PLAYBOOK, lab_name=lab.name, timeout=bounds.STAGES)
     finally:
         node_exec(lab.name, 1, "mv /root/.ssh/config.rt-good /root/.ssh/config")
     assert res.rc != 0, res

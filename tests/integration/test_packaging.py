@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import bounds
 from helpers import REPO, lab_name
 
 pytestmark = pytest.mark.lab
@@ -21,7 +22,7 @@ def installed(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     proc = subprocess.run([str(py), "-m", "pip", "install", "-q", str(REPO)], capture_output=True,
-                          text=True, cwd=base, timeout=900)
+                          text=True, cwd=base, timeout=bounds.DOWNLOAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return base, venv
 
@@ -30,7 +31,7 @@ def _run(venv, *argv, cwd, **kw):
     env = {k: v for k, v in os.environ.items() if k not in ("PROVISION_CONTENT_ROOT", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
     return subprocess.run([str(venv / "bin" / argv[0]), *argv[1:]], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, **kw)
+                          capture_output=True, text=True, timeout=bounds.COMMAND, **kw)
 
 
 def test_cli_and_content_come_from_the_wheel(installed):
@@ -84,7 +85,7 @@ def galaxy_install(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("galaxy")
     build = subprocess.run([tool("ansible-galaxy"), "collection", "build", "--output-path", str(base), str(REPO)],
-                           capture_output=True, text=True, cwd=base, timeout=300)
+                           capture_output=True, text=True, cwd=base, timeout=bounds.COMMAND)
     assert build.returncode == 0, build.stdout + build.stderr
     tarball = next(base.glob("provision-cluster-*.tar.gz"))
     with tarfile.open(tarball) as tf:
@@ -93,7 +94,7 @@ def galaxy_install(tmp_path_factory):
     # --no-deps: Galaxy is unreachable here; the two collections it depends on come from
     # ~/.ansible/collections, where `provision setup` put the versions requirements.yml pins
     proc = subprocess.run([tool("ansible-galaxy"), "collection", "install", "--no-deps", "-p", str(colls), str(tarball)],
-                          capture_output=True, text=True, cwd=base, timeout=300,
+                          capture_output=True, text=True, cwd=base, timeout=bounds.COMMAND,
                           env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(colls)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return base, tarball, names, colls / "ansible_collections" / "provision" / "cluster"
@@ -131,7 +132,7 @@ def test_site_yml_runs_from_the_installed_collection(galaxy_install, lab_factory
                ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([str(installed.parent.parent.parent),
                                                          os.path.expanduser("~/.ansible/collections")]))
     argv = [tool("ansible-playbook"), str(installed / "site.yml"), "-i", str(installed / "inventory" / "lab")]
-    proc = subprocess.run(argv, cwd=run_dir, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    proc = subprocess.run(argv, cwd=run_dir, env=env, capture_output=True, text=True, timeout=bounds.SITE_FRESH, check=False)
     first = PlaybookResult(proc)
     assert first.rc == 0, first
     assert set(first.recap) == {"node1", "node2"}, first

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import pytest
-from helpers import run_playbook
+import bounds
+from helpers import lab_name, run_playbook
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.quick]
 
 
-def test_first_run_is_green(converged_lab):
+def test_first_run_is_green(converged_lab, lab_factory):
     first = converged_lab.first_run
+    if first is None:
+        # the converged lab came from a snapshot (an earlier session made it): this test is about the
+        # fresh run, so it makes one, on new nodes
+        fresh = lab_factory(lab_name("fresh"), nodes=2)
+        first = run_playbook("site.yml", lab_name=fresh.name, timeout=bounds.SITE_FRESH)
+        fresh.down()
     assert first.rc == 0, first
     assert set(first.recap) == {"node1", "node2"}
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in first.recap.values()), first
 
 
-def test_second_run_changes_nothing_and_uses_ssh(converged_lab):
+def test_second_run_changes_nothing_and_uses_ssh(converged):
     import json
     import subprocess
 
@@ -23,23 +30,23 @@ def test_second_run_changes_nothing_and_uses_ssh(converged_lab):
 
     # after first contact the controller talks SSH to the nodes, with host-key checking on
     inv = subprocess.run([tool("ansible-inventory"), "-i", str(REPO / "inventory/lab"), "--host", "node2"],
-                         env=ansible_env(converged_lab.name), capture_output=True, text=True, check=True, cwd=REPO)
+                         env=ansible_env(converged.name), capture_output=True, text=True, check=True, cwd=REPO)
     hostvars = {k: (v.get("__ansible_unsafe", v) if isinstance(v, dict) else v)
                 for k, v in json.loads(inv.stdout).items()}
     assert hostvars["ansible_connection"] == "ssh", hostvars
     assert "StrictHostKeyChecking=yes" in hostvars["ansible_ssh_common_args"], hostvars
-    second = run_playbook("site.yml", lab_name=converged_lab.name)
+    second = run_playbook("site.yml", lab_name=converged.name, timeout=bounds.STAGES)
     assert second.rc == 0, second
     assert second.changed == 0, second
 
 
-def test_check_diff_is_safe(converged_lab):
-    check = run_playbook("site.yml", lab_name=converged_lab.name, extra_args=["--check", "--diff"])
+def test_check_diff_is_safe(converged):
+    check = run_playbook("site.yml", lab_name=converged.name, extra_args=["--check", "--diff"], timeout=bounds.STAGES)
     assert check.rc == 0, check
     assert check.changed == 0, check
 
 
-def test_launchers_see_the_environment_over_non_interactive_ssh(converged_lab):
+def test_launchers_see_the_environment_over_non_interactive_ssh(converged):
     """What a launcher gets: `ssh <peer> cmd` from every node runs the pinned interpreter with
     the NCCL/GLOO/pdsh settings of the env block (Debian's .bashrc guard notwithstanding)."""
     from helpers import node_exec
@@ -48,6 +55,6 @@ def test_launchers_see_the_environment_over_non_interactive_ssh(converged_lab):
              "printenv NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME PDSH_RCMD_TYPE")
     for src in (1, 2):
         for dst in (1, 2):
-            out = node_exec(converged_lab.name, src, f"ssh -o BatchMode=yes node{dst} '{probe}'").stdout.split()
+            out = node_exec(converged.name, src, f"ssh -o BatchMode=yes node{dst} '{probe}'").stdout.split()
             assert out[:2] == ["/opt/provision/venv/bin/python", "2.13.0+cpu"], (src, dst, out)
             assert out[2:] == ["eth1", "eth1", "ssh"], (src, dst, out)

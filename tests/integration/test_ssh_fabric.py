@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 
+import bounds
 import helpers
 import pytest
 from helpers import REPO, lab_name, node_exec, run_playbook
@@ -37,12 +38,12 @@ def lab(lab_factory, tmp_path_factory):
 
 
 def stages(lab, *args, **kw):
-    return run_playbook(lab.stages, lab_name=LAB, inventory=lab.inventory, extra_args=list(args), timeout=600, **kw)
+    return run_playbook(lab.stages, lab_name=LAB, inventory=lab.inventory, extra_args=list(args), timeout=bounds.STAGES, **kw)
 
 
 def connection(lab, host="node1"):
     proc = subprocess.run([helpers.tool("ansible-inventory"), "-i", str(lab.inventory), "--host", host],
-                          cwd=REPO, env=helpers.ansible_env(LAB), capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env=helpers.ansible_env(LAB), capture_output=True, text=True, timeout=bounds.COMMAND,
                           check=True)
     return json.loads(proc.stdout)["ansible_connection"]
 

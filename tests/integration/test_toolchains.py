@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import bounds
 from helpers import FIXTURES, LAB_INVENTORY, REPO, ansible_env, lab_name, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
@@ -28,7 +29,7 @@ def stages(inventory, *extra, extra_vars=None, playbooks=None):
     play.write_text("".join(f"- import_playbook: {REPO / n}\n" for n in names))
     t0 = time.monotonic()
     res = run_playbook(play, lab_name=LAB, inventory=inventory, extra_args=list(extra),
-                       extra_vars={"cluster_user": USER, **(extra_vars or {})}, timeout=1500)
+                       extra_vars={"cluster_user": USER, **(extra_vars or {})}, timeout=bounds.STAGES)
     res.seconds = time.monotonic() - t0
     return res
 
@@ -38,7 +39,7 @@ def adhoc(inventory, module, args):
     env = ansible_env(LAB, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
     proc = subprocess.run([tool("ansible"), "cluster", "-i", str(inventory), "-m", module]
                           + (["-a", json.dumps(args)] if args else []),
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+                          env=env, capture_output=True, text=True, timeout=bounds.STAGES, check=False)
     try:
         # the JSON document starts at the first line that opens it (profile_tasks may print around it)
         start = proc.stdout.index("{\n") if proc.stdout.startswith("{") else proc.stdout.index("\n{\n") + 1

@@ -68,7 +68,7 @@ def test_a_node_that_fails_to_start_takes_back_what_this_run_created(monkeypatch
 
     monkeypatch.setattr(lab_core, "podman", fake_podman)
     monkeypatch.setattr(lab_core, "build_image", lambda flavour, **kw: "localhost/img:x")
-    monkeypatch.setattr(lab_core, "subnet_index", lambda name: 50)
+    monkeypatch.setattr(lab_core, "subnet_index", lambda name, want=None: 50)
     monkeypatch.setattr(lab_core, "list_containers", lambda name: [])
     with pytest.raises(lab_core.LabError, match="removed the 3 node"):
         lab_core.up(lab_core.LabSpec(name="x", nodes=5), setup=False)
@@ -178,3 +178,25 @@ def test_a_read_only_proc_sys_is_said_not_fatal(tmp_path, monkeypatch):
     assert done == ["could not raise net.ipv4.neigh.default.gc_thresh3 from 1024 to 16384 (Read-only file system); "
                     "labs of many nodes may fail: sysctl -w net.ipv4.neigh.default.gc_thresh3=16384 on the host"]
     assert "gc_thresh3 = 1024" in conf.read_text()  # the file never claims what did not happen
+
+
+def test_the_lab_inventory_raises_the_waits_of_a_lab_larger_than_its_machine():
+    """One place scales the bounds a lab needs where its nodes share the machine's cores: nothing up to
+    4 nodes per core, then the login waits with nodes per core and the all-reduce's with their square;
+    each is the role's own default times that factor."""
+    import yaml
+
+    from ansible_collections.provision.cluster.plugins.inventory import lab as inv
+
+    assert inv.lab_scales(2, 2) == {"login": 1, "ring": 1}
+    assert inv.lab_scales(8, 2) == {"login": 1, "ring": 1}
+    assert inv.lab_scales(32, 2) == {"login": 4, "ring": 8}
+    assert inv.lab_scales(32, 16) == {"login": 1, "ring": 1}
+    assert inv.lab_scales(3, None) == {"login": 1, "ring": 1}
+
+    class Loader:
+        def load_from_file(self, path):
+            return yaml.safe_load(open(path))
+    for role, var, _kind in inv._SCALED:
+        assert isinstance(inv._role_default(Loader(), role, var), int), (role, var)
+    assert inv._role_default(Loader(), "pdsh", "pdsh_connect_timeout") == 10

@@ -60,11 +60,29 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
 @click.option("--root-password-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Root password login only (first-contact tests): sshd started on 2222 (no init), or "
                    "the systemd node's own sshd on 22 (--init systemd).")
+@click.option("--from", "snapshot", default=None, metavar="SNAPSHOT",
+              help="Re-create the lab's nodes from a snapshot (`provision lab save`): the nodes as they were when "
+                   "saved, at the same addresses; the snapshot sets the nodes, images and options (--mirror "
+                   "may be added).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the lab status as JSON.")
-def lab_up(nodes: int, name: str, flavour: str | None, releases: str, init: str, bare: bool, mirror: bool,
-           slurm: bool, shm_size: str, node_options: tuple[str, ...], root_password_file: str | None, json_mode: bool) -> None:
+@click.pass_context
+def lab_up(ctx: click.Context, nodes: int, name: str, flavour: str | None, releases: str, init: str, bare: bool,
+           mirror: bool, slurm: bool, shm_size: str, node_options: tuple[str, ...], root_password_file: str | None,
+           snapshot: str | None, json_mode: bool) -> None:
     """Bring up (or keep) a lab of N nodes; a second `up` is a fast no-op."""
     term = Application(json_mode=json_mode)
+    if snapshot:
+        given = [f"--{p.replace('_', '-')}" for p in ("nodes", "flavour", "releases", "init", "bare", "slurm",
+                                                       "shm_size", "node_options", "root_password_file")
+                 if ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise UsageError(f"--from {snapshot} sets the nodes and their options; drop {', '.join(given)}")
+        from provision.lab import snapshot as snapshot_mod
+
+        with term.guard():
+            state = snapshot_mod.restore(name, snapshot, mirror=mirror, log=term.info)
+        _print_status(term, state, json_mode)
+        return
     if bare and flavour not in (None, "bare"):
         raise UsageError(f"--bare and --image {flavour} contradict each other; give one of them")
     password = None
@@ -106,6 +124,48 @@ def lab_down(name: str) -> None:
         removed = lab_core.down(name, log=lambda _m: None)
     term.info(f"lab {name}: removed {len(removed['containers'])} container(s), "
               f"{len(removed['networks'])} network(s)")
+
+
+@command.command("save")
+@click.argument("snapshot")
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME")
+def lab_save(snapshot: str, name: str) -> None:
+    """Save the lab's running nodes as SNAPSHOT (podman commit); `lab up --from SNAPSHOT` brings them back."""
+    from provision.lab import snapshot as snapshot_mod
+
+    term = Application()
+    with term.guard():
+        snapshot_mod.save(name, snapshot, log=term.info)
+
+
+@command.command("snapshots")
+@click.option("--json", "json_mode", is_flag=True, help="Machine-readable output.")
+def lab_snapshots(json_mode: bool) -> None:
+    """List the saved snapshots."""
+    from provision.lab import snapshot as snapshot_mod
+
+    term = Application(json_mode=json_mode)
+    with term.guard():
+        found = snapshot_mod.listing()
+    if json_mode:
+        term.emit_json({"snapshots": [dict(s, nodes=len(s["nodes"])) for s in found]})
+        return
+    table = make_table("lab snapshots", ["snapshot", "from lab", "nodes", "network", "saved"])
+    for s in found:
+        table.add_row(s["snapshot"], s["lab"], str(len(s["nodes"])), f"10.89.{s['subnet']}.0/24", s["created"])
+    term.table(table)
+
+
+@command.command("forget")
+@click.argument("snapshot")
+def lab_forget(snapshot: str) -> None:
+    """Remove a snapshot's images and record."""
+    from provision.lab import snapshot as snapshot_mod
+
+    term = Application()
+    with term.guard():
+        if not snapshot_mod.forget(snapshot, log=term.info):
+            term.info(f"no snapshot {snapshot}")
 
 
 @command.command("fault")

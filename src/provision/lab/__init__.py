@@ -34,7 +34,7 @@ from pathlib import Path
 from provision.paths import cache_dir
 
 from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT, LABEL_OS, LABEL_RECIPE,
-                    LABEL_ROLE, LABEL_SIDE, LabError, _run, podman)
+                    LABEL_ROLE, LABEL_RUN, LABEL_SIDE, LABEL_SNAPSHOT, LabError, _run, machine_lock, podman)
 from . import faults as faults_mod
 from . import mirror as mirror_mod
 from . import slurm as slurm_mod
@@ -103,6 +103,11 @@ class LabSpec:
     mirror: bool = False
     # a real SLURM: slurmctld on node1, slurmd everywhere (packages from the mirror)
     slurm: bool = False
+    # restoring a snapshot (snapshot.py): the image of each node (index -> tag), the snapshot's name,
+    # and the /24 index its nodes' files were written for (addresses are in /etc/hosts, known_hosts...)
+    images: dict[int, str] = field(default_factory=dict)
+    snapshot: str | None = None
+    subnet: int | None = None
 
     def wants_mirror(self) -> bool:
         return self.mirror or self.slurm or self.flavour == "bare"
@@ -238,21 +243,27 @@ def _networks() -> list[dict]:
     return json.loads(podman("network", "ls", "--format", "json").stdout or "[]")
 
 
-def subnet_index(name: str) -> int:
+def subnet_index(name: str, want: int | None = None) -> int:
     """The /24 index K of this lab (10.89.K.0/24 cluster, 10.90.K.x/28 side networks).
 
     A lab keeps the index its cluster network has; a new lab takes its preferred index (a hash
-    of the name) or the next one no other podman network uses, so several labs coexist.
+    of the name) or the next one no other podman network uses, so several labs coexist. WANT: the
+    index a snapshot's nodes were made for; it must be free (or this lab's already).
     """
     nets = _networks()
-    used = set()
+    used: dict[int, str] = {}
     for net in nets:
         for sub in net.get("subnets") or []:
             parts = str(sub.get("subnet", "")).split(".")
             if len(parts) == 4 and parts[0] == "10" and parts[1] in _OUR_SECOND_OCTETS:
-                if net.get("name") == name and parts[1] == "89":
+                if net.get("name") == name and parts[1] == "89" and want in (None, int(parts[2])):
                     return int(parts[2])
-                used.add(int(parts[2]))
+                used.setdefault(int(parts[2]), str(net.get("name")))
+    if want is not None:
+        if want in used:
+            raise LabError(f"the snapshot's nodes live in 10.89.{want}.0/24, which network {used[want]} uses; "
+                           f"remove that lab first (`provision lab down --name <lab>`)")
+        return want
     k = _preferred_index(name)
     for _ in range(250):
         if k not in used:
@@ -337,7 +348,9 @@ def status(name: str = DEFAULT_NAME) -> dict:
 def _ensure_network(net: str, subnet: str, lab: str) -> None:
     if podman("network", "exists", net, check=False).returncode == 0:
         return
-    podman("network", "create", "--internal", "--subnet", subnet, "--label", f"{LABEL}={lab}", net)
+    # --internal: no route out of the lab; --disable-dns: no name server either (podman's would forward
+    # what it cannot answer to this machine's resolver, out of the lab): names are the nodes' /etc/hosts
+    podman("network", "create", "--internal", "--disable-dns", "--subnet", subnet, "--label", f"{LABEL}={lab}", net)
 
 
 _SSHD_PASSWORD_SETUP = (
@@ -368,6 +381,11 @@ def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
     return plan
 
 
+def _run_options(spec: LabSpec, idx: int) -> dict:
+    """What of a node's podman run options a snapshot must give it again."""
+    return {"shm_size": spec.shm_size, "node_options": spec.node_options.get(idx, [])}
+
+
 def _run_argv(spec: LabSpec, idx: int, cname: str, tag: str, addr: str, side: str, side_net: str) -> list[str]:
     release = spec.release(idx)
     if spec.init == "systemd":
@@ -384,6 +402,8 @@ def _run_argv(spec: LabSpec, idx: int, cname: str, tag: str, addr: str, side: st
         "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
         "--label", f"{LABEL_OS}={release}", "--label", f"{LABEL_INIT}={spec.init}",
         "--label", f"{LABEL_FLAVOUR}={spec.flavour}",
+        "--label", f"{LABEL_RUN}={json.dumps(_run_options(spec, idx), separators=(',', ':'))}",
+        *(["--label", f"{LABEL_SNAPSHOT}={spec.snapshot}"] if spec.snapshot else []),
         # the side network is eth0, the cluster network eth1 (named: podman attaches the
         # networks in no fixed order); fixed MACs, as a machine's NICs keep theirs across reboots
         # (with podman's random ones, a restarted node was unreachable from the others for ~40 s,
@@ -433,13 +453,16 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             log(line)
     tags = {release: build_image(spec.flavour, release=release, init=spec.init, log=log)
             for release in dict.fromkeys(spec.os)}
-    k = subnet_index(spec.name)
-    plan = _plan(spec, k)
+    # the /24 is chosen and taken in one step: another lab (a test worker, a second checkout) may be
+    # choosing one at the same moment
+    with machine_lock("lab-networks", timeout=300, what="choosing a lab's network"):
+        k = subnet_index(spec.name, spec.subnet)
+        plan = _plan(spec, k)
+        _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
     containers = list_containers(spec.name)
     server = mirror_mod.find(containers)
     if spec.wants_mirror() or server is not None:
         build_mirrors(spec, tags, log=log)
-    _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
     existing = {int((c.get("Labels") or {}).get(LABEL_INDEX, "0")): c for c in _nodes_of(containers)}
     # nodes beyond the requested count go away (lab up --nodes 2 after --nodes 8)
     for idx, c in sorted(existing.items()):
@@ -451,7 +474,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
     try:
         for idx, cname, addr, side_net, subnet in plan:
             side = node_addresses(k, idx)[1]
-            tag = tags[spec.release(idx)]
+            tag = spec.images.get(idx) or tags[spec.release(idx)]
             c = existing.get(idx)
             if c is not None:
                 same_image = (c.get("Labels") or {}).get(LABEL_RECIPE) == tag

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import subprocess
+import time
 
 LABEL = "provision.lab"
 LABEL_INDEX = "provision.lab.index"
@@ -14,6 +17,10 @@ LABEL_INIT = "provision.lab.init"
 LABEL_FLAVOUR = "provision.lab.flavour"
 # containers of a lab that are not nodes (the package mirror) carry LABEL and this one
 LABEL_ROLE = "provision.lab.role"
+# a node's own podman run options (--shm-size, --node-option) as JSON: a snapshot restores them
+LABEL_RUN = "provision.lab.run"
+# the snapshot a node was restored from (provision lab up --from)
+LABEL_SNAPSHOT = "provision.lab.snapshot"
 
 
 class LabError(RuntimeError):
@@ -37,3 +44,29 @@ def _run(argv: list[str], *, check: bool = True, input_text: str | None = None,
 
 def podman(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     return _run(["podman", *args], check=check, timeout=timeout)
+
+
+@contextlib.contextmanager
+def machine_lock(name: str, *, timeout: float, what: str):
+    """One process at a time on this machine for NAME (several labs, checkouts or test workers share
+    podman's networks, the image store and the caches): waits up to TIMEOUT seconds, then says what
+    holds it (WHAT) and where the lock is."""
+    from provision.paths import cache_dir
+
+    path = cache_dir() / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LabError(f"{what} has been busy in another process for over {timeout:.0f} s; "
+                                   f"remove {path} if none runs") from None
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

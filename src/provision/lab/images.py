@@ -19,7 +19,7 @@ from pathlib import Path
 
 from provision.paths import cache_dir
 
-from ._base import LABEL_RECIPE, LabError, _run, podman
+from ._base import LABEL_RECIPE, LabError, _run, machine_lock, podman
 
 SUITE = "bookworm"  # the default release
 RELEASES = ("bullseye", "bookworm", "trixie")
@@ -117,6 +117,14 @@ def build_image(flavour: str = "full", *, release: str = SUITE, init: str = "non
     tag = image_tag(flavour, release, init, extras)
     if image_exists(tag) and not force:
         return tag
+    # one build of an image at a time: another lab (or test worker) may be building it right now
+    with machine_lock(f"image-{tag.rpartition(':')[2]}", timeout=1800, what=f"the build of {tag}"):
+        if image_exists(tag) and not force:
+            return tag
+        return _build_image(tag, flavour, release=release, init=init, extras=extras, log=log)
+
+
+def _build_image(tag: str, flavour: str, *, release: str, init: str, extras: tuple[str, ...], log) -> str:
     if shutil.which("debootstrap") is None and not Path("/usr/sbin/debootstrap").exists():
         raise LabError("debootstrap is missing; run `provision lab setup`")
     rec = recipe(flavour, release, init, extras)

@@ -20,8 +20,6 @@ apt's configuration reproduced, and the controller need not be the same release 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import gzip
 import hashlib
 import json
@@ -35,7 +33,7 @@ from pathlib import Path
 
 from provision.paths import cache_dir
 
-from ._base import LABEL, LABEL_ROLE, LabError, _run, podman
+from ._base import LABEL, LABEL_ROLE, LabError, _run, machine_lock, podman
 
 # Everything the roles may install from the mirror, by name (the lead's roles read the mirror
 # through `cluster_package_mirror`; extend this list when a role installs something new).
@@ -85,26 +83,9 @@ def is_current(release: str, images: list[str]) -> bool:
         stamp.get("packages") == sorted(MIRROR_PACKAGES) and set(images) <= set(stamp.get("images", []))
 
 
-@contextlib.contextmanager
 def _lock(release: str):
     """One build of a release at a time on this machine (several labs share the cache)."""
-    path = cache_dir() / "mirror-work" / f"{release}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        deadline = time.monotonic() + DOWNLOAD_TIMEOUT
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise LabError(f"the {release} mirror is being built by another process for over "
-                                   f"{DOWNLOAD_TIMEOUT} s; remove {path} if none runs") from None
-                time.sleep(1)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return machine_lock(f"mirror-{release}", timeout=DOWNLOAD_TIMEOUT, what=f"the {release} mirror's build")
 
 
 _DOWNLOAD_SCRIPT = """\

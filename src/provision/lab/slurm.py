@@ -45,6 +45,11 @@ def slurm_conf(nodes: list[dict], *, cpus: int = 2, memory_mb: int = 1000) -> st
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "ReturnToService=2",
+        # the lab's nodes share the machine's cores with everything else: a ping slurmd answers late on a
+        # busy machine marks the node "not responding" (idle*) until the next ping, which comes every
+        # SlurmdTimeout/3: a longer message timeout, and pings every 30 s rather than every 100
+        "MessageTimeout=30",
+        "SlurmdTimeout=90",
         "MpiDefault=none",
         "StateSaveLocation=/var/lib/slurm/slurmctld",
         "SlurmdSpoolDir=/var/lib/slurm/slurmd",
