@@ -114,6 +114,7 @@ fi
 mkdir -p "$OUTDIR/logs" "$OUTDIR/results" "$OUTDIR/raw" "$OUTDIR/vars" || exit 2
 R=$(cd "$OUTDIR" && pwd)
 [ -z "$WHEELS" ] && [ -d "$REPO/.whl" ] && WHEELS="$REPO/.whl"
+[ -n "$WHEELS" ] && [ -d "$WHEELS" ] && WHEELS=$(cd "$WHEELS" && pwd)
 SITE="$WORK/site"
 
 cleanup() {
@@ -128,7 +129,9 @@ elapsed_ms() { echo $(( ($(date +%s%N) - T0) / 1000000 )); }
 bound() { local left=$(( BUDGET - $(elapsed_ms) / 1000 - 20 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
 secs() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
 helper() { timeout -k 5 120 "$PY" "$HELPER" "$@"; }
-skip() { helper skip "$R" "$1" "$2"; }
+# under $OUT, the verdicts so far go along as each step ends: a run killed from outside still tells how far it got
+progress() { [ -n "$PACK" ] && cp "$R/steps.jsonl" "$PACK/steps.jsonl" 2>/dev/null; return 0; }
+skip() { helper skip "$R" "$1" "$2"; progress; }
 
 # run_step NAME MAX_SECONDS [--stdout FILE] CMD...: bounded, logged, judged from its results
 run_step() {
@@ -145,6 +148,7 @@ run_step() {
   fi
   rc=$?
   helper step "$R" "$name" "$rc" "$(secs "$start")"
+  progress
 }
 
 # capture FILE CMD...: one raw output into raw/FILE (stderr beside it when there is any)
@@ -168,10 +172,10 @@ echo "gpu_proof: output folder $R (budget $BUDGET s)"
 start=$(date +%s%N)
 timeout -k 5 300 "$PY" "$HELPER" prereq "$R" "$SITE" "$WHEELS"
 rc=$?
-"$PY" "$HELPER" step "$R" prereq "$rc" "$(secs "$start")" >/dev/null
+"$PY" "$HELPER" step "$R" prereq "$rc" "$(secs "$start")" >/dev/null; progress
 if [ "$rc" -ne 0 ]; then
   "$PY" "$HELPER" summary "$R" "$(( $(elapsed_ms) / 1000 ))" >/dev/null
-  [ -n "$PACK" ] && { tar -C "$(dirname "$R")" -czf "$PACK/$(basename "$R").tar.gz" "$(basename "$R")"; cp "$R/summary.txt" "$R/summary.json" "$PACK/"; }
+  [ -n "$PACK" ] && { tar -C "$(dirname "$R")" -czf "$PACK/$(basename "$R").tar.gz" "$(basename "$R")"; cp "$R/summary.txt" "$R/summary.json" "$PACK/"; rm -f "$PACK/steps.jsonl"; }
   exit 2
 fi
 
@@ -190,7 +194,7 @@ export ANSIBLE_CONFIG="$REPO/ansible.cfg" ANSIBLE_HOME="$WORK/ansible-home" ANSI
   ANSIBLE_RETRY_FILES_ENABLED=0 ANSIBLE_DEPRECATION_WARNINGS=0
 cd "$REPO" || exit 2
 
-# the node: GPUs (nvidia-smi -L), a free rendezvous port, the inventory under $R/inventory
+# the node: GPUs (the --query-gpu CSV gpu_facts reads), a free rendezvous port, the inventory under $R/inventory
 plan_out=$(helper plan "$R") || { echo "gpu_proof: cannot plan the run: $plan_out"; exit 2; }
 eval "$plan_out"
 INV="$R/inventory"
@@ -207,7 +211,7 @@ capture ansible-version.txt ansible-playbook --version
 capture pip-list.txt "$PY" -m pip list --format=freeze --disable-pip-version-check
 capture sys-class-infiniband-net.txt ls -la /sys/class/infiniband /sys/class/net
 capture ldconfig.txt sh -c "ldconfig -p | grep -E 'libcuda\\.|libnccl|libnvidia-ml|libibverbs'"
-helper step "$R" versions 0 "$(secs "$start")"
+helper step "$R" versions 0 "$(secs "$start")"; progress
 
 # 3. raw nvidia-smi outputs (GPU)
 SMI=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("nvidia_smi") or "")' "$R/prereq.json")
@@ -224,7 +228,7 @@ if [ -n "$SMI" ]; then
     capture proc-driver-nvidia-version.txt cat /proc/driver/nvidia/version
     capture proc-driver-nvidia-gpus.txt sh -c 'cat /proc/driver/nvidia/gpus/*/information'
   fi
-  helper step "$R" nvidia_smi 0 "$(secs "$start")"
+  helper step "$R" nvidia_smi 0 "$(secs "$start")"; progress
 else
   skip nvidia_smi "no NVIDIA GPU: $GPU_REASON"
 fi
@@ -260,10 +264,11 @@ helper expected "$R" >"$R/logs/expected_busbw.log" 2>&1
 helper step "$R" expected_busbw "$?" "$(secs "$start")"
 
 # summary.txt / summary.json (and, under $OUT, one tarball beside them)
+[ -n "$PACK" ] && export GPU_PROOF_PACKED_AS="$PACK/$(basename "$R").tar.gz (the output folder, packed)"
 "$PY" "$HELPER" summary "$R" "$(awk -v ms="$(elapsed_ms)" 'BEGIN { printf "%.1f", ms / 1000 }')"
 rc=$?
 if [ -n "$PACK" ]; then
   tar -C "$(dirname "$R")" -czf "$PACK/$(basename "$R").tar.gz" "$(basename "$R")" && cp "$R/summary.txt" "$R/summary.json" "$PACK/" \
-    && echo "gpu_proof: packed into $PACK/$(basename "$R").tar.gz"
+    && rm -f "$PACK/steps.jsonl" && echo "gpu_proof: packed into $PACK/$(basename "$R").tar.gz"
 fi
 exit "$rc"

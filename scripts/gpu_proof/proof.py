@@ -768,7 +768,7 @@ def summary(out, seconds):
     counts = {s: sum(1 for r in ordered if r["status"] == s) for s in ("ok", "skipped", "failed")}
     lines += ["", f"result: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed"
               + (f" ({', '.join(doc['failed'])})" if failed else "") + f"; exit {doc['exit_code']}",
-              f"outputs: {out}"]
+              f"outputs: {os.environ.get('GPU_PROOF_PACKED_AS') or out}"]
     text = "\n".join(lines) + "\n"
     (out / "summary.txt").write_text(text, encoding="utf-8")
     print(text, end="", flush=True)
