@@ -13,6 +13,9 @@ description:
     C(pip install --no-index --find-links O(find_links)) only for the pins that are not met.
     A re-run with everything in place runs no pip at all.
   - With O(create=false), O(path) is an existing environment (a conda env) that only gets the pins.
+  - With O(install=false), O(path) is an existing environment adopted as it is (say, the PyTorch a GPU
+    image already has) - nothing is made, installed or re-owned, and the module fails, naming the unmet
+    pins and what the environment has, when it does not already meet them.
   - Owns the environment by O(owner) (recursively, only after a change or when the top directory's
     owner is wrong).
   - Sets C(provision_env_python_env) (VIRTUAL_ENV, PATH prepend) for the shell_env block.
@@ -40,6 +43,14 @@ options:
     description: Make the venv when missing (false for an existing conda env).
     type: bool
     default: true
+  install:
+    description:
+      - Make the environment and install the pins that are not met (the default). false adopts the
+        environment at O(path) as it is; O(python), O(find_links), O(owner), O(group) and O(timeout) are
+        then not used.
+    type: bool
+    default: true
+    version_added: "0.2.0"
   system_site_packages:
     description: Give the venv access to the system site-packages.
     type: bool
@@ -94,6 +105,13 @@ EXAMPLES = r"""
     requirements: [torch==2.13.0, numpy==2.3.5]
     find_links: /var/cache/provision/wheelhouse
     owner: root
+
+- name: Adopt the PyTorch a GPU image already has (nothing downloaded, installed or re-owned)
+  provision.cluster.python_venv:
+    path: /opt/torch/.venv
+    requirements: [torch==2.11.0]
+    find_links: /var/cache/provision/wheelhouse
+    install: false
 """
 
 RETURN = r"""
@@ -115,6 +133,10 @@ ansible_facts:
     - C(python_env_versions) when O(versions_cache) answered.
   returned: when export or when the versions cache answered
   type: dict
+adopted:
+  description: O(install=false) - the existing environment met the pins and was used as it is.
+  returned: when install is false and the environment met the pins
+  type: bool
 venv_missing:
   description: The interpreter lacks venv/ensurepip (Debian's python3-venv package); nothing was created.
   returned: when the interpreter cannot make a venv
@@ -184,6 +206,30 @@ def base_python_problem(module, base, p):
     return None
 
 
+def adopt(module, p, env_python, state, facts):
+    """install=false: the environment at path is used as it is. Fails in one line when it does not run
+    or does not meet the pins; otherwise exits unchanged (with the versions cache's answer when it holds)."""
+    node = p["node"] or "this node"
+    if state is None:
+        module.fail_json(msg=f"{node}: {env_python} does not run, and python_env_install is false (an existing "
+                             f"environment is adopted, none is made); fix: set python_env_path to the environment "
+                             f"that holds torch, or python_env_install: true")
+    unmet = P.unmet_pins(p["requirements"], state["dists"])
+    if unmet:
+        have = ", ".join("%s %s" % (P.parse_pin(s)[0], state["dists"].get(P.parse_pin(s)[0]) or "absent") for s in unmet)
+        module.fail_json(msg=f"{node}: {' '.join(unmet)} not met in {p['path']} ({have}), and python_env_install is "
+                             f"false: nothing is installed; fix: pin what the environment has, or python_env_install: true")
+    cached = None
+    if p["versions_cache"]:
+        cached = P.cached_versions(p["versions_cache"], P.probe_cache_key(env_python), env_python, p["versions_packages"])
+    if cached is not None:
+        facts["python_env_versions"] = cached
+        module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
+                         versions_cached=True, checks=[P.cached_check(cached)], adopted=True)
+    module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
+                     versions_cached=False, adopted=True)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -192,6 +238,7 @@ def main():
             find_links=dict(type="path", required=True),
             python=dict(type="str", default="python3"),
             create=dict(type="bool", default=True),
+            install=dict(type="bool", default=True),
             system_site_packages=dict(type="bool", default=False),
             owner=dict(type="str"),
             group=dict(type="str"),
@@ -216,6 +263,8 @@ def main():
     if p["export"] and not p["create"]:
         facts = {"provision_env_python_env": {"env": {"CONDA_PREFIX": path}, "path": [f"{path}/bin"],
                                               "ld_library_path": [], "source": []}}
+    if not p["install"]:
+        adopt(module, p, env_python, probe(module, env_python), facts)
     uid = gid = None
     if p["owner"]:
         try:
