@@ -471,7 +471,7 @@ CAUSES = [
           "MaxRSS,ReqMem` or `journalctl -k | grep -i 'killed process'` on the node shows how much it used",
           suppresses=("worker_killed",)),
     Cause("worker_killed",
-          r"failed \(exitcode: -9\)|exits with return code = -9|^\s{0,40}exitcode\s{0,8}: -9\b"
+          r"failed \(exitcode: -9\)|exits with return code = -9|(?<![\w(])exitcode\s{1,8}: -9\b"
           r"|Signal 9 \(SIGKILL\) received by PID|died with <Signals\.SIGKILL: 9>",
           "a rank was killed with SIGKILL (exit -9): most often the kernel's OOM killer (host RAM), else the "
           "scheduler or an operator",
@@ -583,9 +583,9 @@ _EXITS = [
     _Rx(r"exits with return code = (?P<code>-?\d{1,4})"),
 ]
 # torchrun's ChildFailedError table: "host : X" / "rank : N (local_rank: M)" / "exitcode : C" on three lines
-_TABLE_EXIT = _Rx(r"^\s{0,40}exitcode\s{0,8}:\s{0,8}(?P<code>-?\d{1,4})")
-_TABLE_HOST = re.compile(r"^\s{0,40}host\s{0,8}:\s{0,8}(?P<node>\S{1,255})")
-_TABLE_RANK = re.compile(r"^\s{0,40}rank\s{0,8}:\s{0,8}(?P<rank>\d{1,6})")
+_TABLE_EXIT = _Rx(r"(?<![\w(])exitcode\s{1,8}:\s{0,8}(?P<code>-?\d{1,4})")
+_TABLE_HOST = re.compile(r"(?<![\w(])host\s{1,8}:\s{0,8}(?P<node>\S{1,255})")
+_TABLE_RANK = re.compile(r"(?<![\w(])rank\s{1,8}:\s{0,8}(?P<rank>\d{1,6})")
 _RANK_IN_TEXT = re.compile(r"\[(?:PG[^\]]{0,80} )?Rank (?P<rank>\d{1,6})\]")
 
 # ESC sequences (CSI, OSC, two-character) and the other control characters, removed before matching and showing
@@ -1087,9 +1087,9 @@ class Scanner:
                     continue
                 if attr is None:
                     attr = attribute(head)
-                    if _TABLE_EXIT.regex.match(text):  # torchrun's failure table names the host and the global rank
+                    if _TABLE_EXIT.search(text):  # torchrun's failure table names the host and the global rank
                         host, rank = self._table_of(buf, line_start)
-                        attr = dict(attr, **{k: v for k, v in (("node", host), ("rank", rank)) if v})
+                        attr = dict({k: v for k, v in (("node", host), ("rank", rank)) if v}, **attr)
                 self._event(ci, m, number, attr, head, text, buf, line_start, le)
             elif kind == "exit":
                 m = _EXITS[consumer[1]].search(text)
@@ -1160,10 +1160,10 @@ class Scanner:
                 break
             start = buf.rfind(b"\n", max(0, end - 400), end) + 1
             prev = buf[start:end].decode("utf-8", "replace")
-            m = _TABLE_RANK.match(prev)
+            m = _TABLE_RANK.search(prev)
             if m:
                 rank = m.group("rank")
-            m = _TABLE_HOST.match(prev)
+            m = _TABLE_HOST.search(prev)
             if m:
                 host = m.group("node")
                 break
