@@ -188,6 +188,9 @@ _IB_EXPECTED = [  # what says InfiniBand/RoCE was wanted on that node
     r"no userspace device-specific driver found for /sys/class/infiniband",
 ]
 
+_FIX_HANG = ("find the rank that stopped first: every rank's log before the timeout (an OOM kill, a GPU fault, an "
+             "exception on one rank, a rank that skipped a collective); `py-spy dump --pid PID` on a hung rank shows "
+             "where it waits; `provision verify --smoke` checks that a collective completes on every node")
 _FIX_NAMES = ("make every node's name resolve on every node (/etc/hosts entries, as the ssh_mesh role writes them, "
               "or DNS; check `getent hosts NAME` on each node) or give MASTER_ADDR and the hostfile as IP addresses; "
               "`provision verify --check nccl` checks that the node names resolve to their nodes")
@@ -480,18 +483,21 @@ CAUSES = [
     # ---- hangs: a collective that never finished, NCCL's own errors (real cause in its WARN lines)
     Cause("nccl_timeout",
           r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.{1,300}?)\) ran for (?P<ms>\d{1,15}) "
-          r"(?:milliseconds|ms)"
-          r"|\bWorkNCCL\((?P<work2>.{1,300}?)\) (?:ran for (?P<ms2>\d{1,15}) (?:milliseconds|ms)|timed out in blocking wait)"
-          r"|Watchdog caught collective operation timeout"
-          r"|Some NCCL operations have failed or timed out"
-          r"|Timeout at NCCL work: (?P<seq>\d{1,15})"
-          r"|ProcessGroupNCCL's watchdog got stuck for (?P<stuck>\d{1,9}) seconds",
-          "a collective did not finish in time (WorkNCCL({work}{work2}) {ms}{ms2}{seq}{stuck}): the ranks hung waiting "
+          r"(?:milliseconds|ms)|\bWorkNCCL\((?P<work2>.{1,300}?)\) ran for (?P<ms2>\d{1,15}) (?:milliseconds|ms)",
+          "a collective did not finish in time: WorkNCCL({work}{work2}) ran for {ms}{ms2} ms; the ranks hung waiting "
           "for one that stopped (it died, is stuck, or took another code path)",
-          "find the rank that stopped first: every rank's log before the timeout (an OOM kill, a GPU fault, an "
-          "exception on one rank, a rank that skipped a collective); `py-spy dump --pid PID` on a hung rank shows where "
-          "it waits; `provision verify --smoke` checks that a collective completes on every node",
-          tier=HANG, verify="smoke"),
+          _FIX_HANG, tier=HANG, verify="smoke"),
+    Cause("nccl_timeout",
+          r"(?P<what>WorkNCCL\(.{1,300}?\) timed out in blocking wait|Watchdog caught collective operation timeout"
+          r"|Some NCCL operations have failed or timed out|Timeout at NCCL work: \d{1,15})",
+          "a collective did not finish in time ({what}); the ranks hung waiting for one that stopped (it died, is "
+          "stuck, or took another code path)",
+          _FIX_HANG, tier=HANG, verify="smoke"),
+    Cause("nccl_timeout",
+          r"ProcessGroupNCCL's watchdog got stuck for (?P<stuck>\d{1,9}) seconds",
+          "ProcessGroupNCCL's watchdog itself was stuck for {stuck} s: an NCCL or CUDA call hung (a GPU or a peer "
+          "that stopped answering, or a deadlock)",
+          _FIX_HANG, tier=HANG, verify="smoke"),
     Cause("nccl_system_error",
           r"unhandled system error|ncclSystemError|ncclInternalError|internal error - please report this issue"
           r"|NCCL Error [23]\b",
@@ -500,7 +506,7 @@ CAUSES = [
           tier=HANG, verify="smoke"),
     Cause("nccl_system_error",
           # the WARN itself names the fault: a topology/graph XML that names a device this node does not have
-          r"NCCL WARN (?P<warn>XML Import Channel : dev \d{1,4} not found|Attribute \w{1,40} of node \w{1,40} not found"
+          r"(?<=NCCL WARN )(?P<warn>XML Import Channel : dev \d{1,4} not found|Attribute \w{1,40} of node \w{1,40} not found"
           r"|Could not find real path of \S{1,255})",
           "NCCL's topology/graph XML names a device this node does not have (NCCL WARN {warn})",
           "unset NCCL_GRAPH_FILE and NCCL_TOPO_FILE (environment, /etc/nccl.conf, ~/.nccl.conf) or give the files "
@@ -1036,8 +1042,12 @@ class Scanner:
                 back = max(start, i - MAX_SEGMENT - 1)
                 ls = max(buf.rfind(b"\n", back, i), buf.rfind(b"\r", back, i), start - 1) + 1
                 ahead = min(limit, i + MAX_SEGMENT + 1)
-                e1, e2 = buf.find(b"\n", i, ahead), buf.find(b"\r", i, ahead)
-                le = min(x for x in (e1, e2, ahead) if x >= 0)
+                le = buf.find(b"\n", i, ahead)
+                if le < 0:
+                    le = ahead
+                cr = buf.find(b"\r", i, le)
+                if cr >= 0:
+                    le = cr
                 hits.setdefault(ls, [le, set()])
                 pos = le + 1
         live = set(ids)
