@@ -44,7 +44,7 @@ import collections
 import re
 
 try:  # Python 3.11+
-    from re import _parser as _sre_parse
+    from re import _parser as _sre_parse  # pylint: disable=protected-access
 except ImportError:  # pragma: no cover - Python 3.9/3.10
     import sre_parse as _sre_parse  # pylint: disable=deprecated-module
 

@@ -109,8 +109,8 @@ def render(term: Terminal, doc: dict[str, Any]) -> None:
               (f" on {first.get('node') or '(node unknown)'}; {s['causes']} cause(s), "
                f"{s['consequences']} consequence(s){tail}", ""))
     else:
-        _line(term, (f"diagnose: {s['causes']} cause(s)", "red"),
-              (f"{tail}: only consequences; the log of the rank that failed first is not among them", ""))
+        _line(term, (f"diagnose: {s['causes']} consequence(s)", "yellow"),
+              (f"{tail} and no first failure: the log of the rank that failed first is not among them", ""))
 
 
 @click.command("diagnose")
