@@ -108,3 +108,12 @@ def test_read_logs_from_a_stream():
     assert core.read_logs(["-"], stdin=io.StringIO("x\n")) == [("<stdin>", "x\n")]
     doc = core.diagnose_paths(["-"], stdin=io.BytesIO((PUBLIC / "nccl-shm-fallocate-horovod.log").read_bytes()))
     assert named(doc) == [("shm", "gpu2-ru7")] and doc["files"][0]["path"] == "<stdin>"
+
+
+def test_cli_with_only_consequences_says_the_first_failure_is_in_another_log():
+    result = invoke(str(PUBLIC / "tcpstore-broken-pipe.log"))
+    assert result.exit_code == 1, result.output
+    assert "CONSEQUENCE (node unknown) (rank 1): diagnose.peer_lost at 12-29 22:06:38.480" in result.output
+    assert "no first failure: the log of the rank that failed first is not among them" in result.output
+    doc = json.loads(invoke("--json", str(PUBLIC / "tcpstore-broken-pipe.log")).stdout)
+    assert doc["first_failure"] is None and doc["causes"][0]["data"]["role"] == "consequence"
