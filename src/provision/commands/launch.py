@@ -100,25 +100,32 @@ def _problem(res: dict) -> str | None:
 
 
 class Printer:
-    """Prints whole lines with a `[node]` prefix; keeps partial lines until they end, and the last
-    TAIL characters of each node's output for `provision diagnose` when the job fails."""
-
-    TAIL = 4 << 20
+    """Prints whole lines with a `[node]` prefix; keeps partial lines until they end, and streams each node's
+    output into its own `provision diagnose` scanner (bounded memory, whatever the output's size) for the
+    diagnosis when the job fails."""
 
     def __init__(self, hosts: list[str]):
         self.width = max(len(h) for h in hosts)
         self.partial: dict[str, str] = {}
-        self.tail: dict[str, str] = {}
+        self.scanners: dict = {}
 
     def feed(self, host: str, text: str, final: bool = False) -> None:
         if text:
-            self.tail[host] = (self.tail.get(host, "") + text)[-self.TAIL:]
+            self.scanner(host).feed(text)
         buf = self.partial.get(host, "") + text
         lines = buf.split("\n")
         self.partial[host] = "" if final else lines.pop()
         for line in lines if not final else [ln for ln in lines if ln] or []:
             click.echo("[%s] %s" % (host.ljust(self.width), line.rstrip("\r")))
         sys.stdout.flush()
+
+    def scanner(self, host: str):
+        """The diagnose scanner of a node's output (its lines carry no node: they are that node's)."""
+        if host not in self.scanners:
+            from provision import diagnose
+
+            self.scanners[host] = diagnose.scanner(host, node=host)
+        return self.scanners[host]
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True})
@@ -166,7 +173,7 @@ def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, p
     printer = Printer(hosts)
     code = _drive(play, hosts, script, list(program), chdir, timeout, poll_wait, printer)
     if code == EXIT_FAILED:
-        _diagnose_output(printer.tail)
+        _diagnose_output(printer.scanners)
     sys.exit(code)
 
 
@@ -251,9 +258,10 @@ def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir:
         return EXIT_FAILED
 
 
-def _diagnose_output(outputs: dict[str, str]) -> None:
-    """After a failed job: what `provision diagnose` names in each node's output (never changes the exit status)."""
-    if not any(outputs.values()):
+def _diagnose_output(outputs: dict) -> None:
+    """After a failed job: what `provision diagnose` names in each node's output, the first failure first, then
+    its consequences (never changes the exit status). outputs: node -> its output (text) or its fed scanner."""
+    if not outputs:
         return
     try:
         from provision import diagnose
@@ -262,9 +270,14 @@ def _diagnose_output(outputs: dict[str, str]) -> None:
     except Exception as exc:  # a diagnosis that fails must not hide the job's own failure
         click.echo("provision launch: diagnose: %s" % exc, err=True)
         return
+    if not any(f.get("bytes") for f in doc["files"]):
+        return
     for c in doc["causes"]:
         click.echo("provision launch: diagnose: %s: %s: %s | fix: %s"
                    % (c.get("node") or "?", c["check"], c["detail"], c["fix"]), err=True)
+    for c in doc["consequences"]:
+        click.echo("provision launch: diagnose: then %s: %s (a consequence): %s"
+                   % (c.get("node") or "?", c["check"], c["detail"]), err=True)
     if not doc["causes"]:
         click.echo("provision launch: diagnose: no known cause in the job's output "
                    "(`provision diagnose` on the full logs may say more)", err=True)

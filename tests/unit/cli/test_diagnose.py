@@ -32,11 +32,21 @@ def test_cli_exit_1_with_cause_node_evidence_and_fix():
     result = invoke(str(PUBLIC / "nccl-duplicate-gpu-slurm.log"))
     assert result.exit_code == 1, result.output
     out = result.output
-    assert "FAIL qgpu2018: diagnose.duplicate_gpu" in out
+    assert "FIRST FAILURE qgpu2018: diagnose.duplicate_gpu" in out
     assert "rank 6 and rank 4 both on CUDA device 31000" in out
     assert "nccl-duplicate-gpu-slurm.log:1: qgpu2018:59522:59993 [0] init.cc:795 NCCL WARN Duplicate GPU" in out
     assert "torch.cuda.set_device(LOCAL_RANK)" in out
-    assert "diagnose: 1 cause(s) in 1 log(s) on qgpu2018" in out
+    assert "diagnose: first failure diagnose.duplicate_gpu on qgpu2018; 1 cause(s), 0 consequence(s) in 1 log(s)" in out
+
+
+def test_cli_names_the_first_failure_of_a_directory_of_logs_and_its_consequences():
+    result = invoke(str(PUBLIC / "local" / "kill-2node"))
+    assert result.exit_code == 1, result.output
+    out = result.output
+    assert "FIRST FAILURE localhost (rank 1): diagnose.worker_killed at 11-27 08:28:33.559" in out
+    assert "after it, the other ranks reported (consequences, not causes):" in out
+    assert "CONSEQUENCE (node unknown) (rank 0): diagnose.peer_lost" in out
+    assert "diagnose: first failure diagnose.worker_killed on localhost; 1 cause(s), 1 consequence(s) in 2 log(s)" in out
 
 
 def test_cli_exit_0_and_error_lines_when_no_known_cause():
@@ -45,11 +55,32 @@ def test_cli_exit_0_and_error_lines_when_no_known_cause():
     assert "no known cause" in result.output and "KeyError" in result.output
 
 
-def test_cli_missing_file_is_usage_error():
+def test_cli_missing_file_is_usage_error(tmp_path):
     result = invoke(str(PUBLIC / "no-such.log"))
     assert result.exit_code == 2 and "no such file" in result.output
     assert invoke().exit_code == 2  # no LOG at all
-    assert invoke(str(PUBLIC)).exit_code == 2  # a directory
+    result = invoke(str(tmp_path))  # a directory with no log in it
+    assert result.exit_code == 2 and "no log files in this directory" in result.output
+    (tmp_path / "core").write_bytes(b"\x7fELF\x00\x00binary")  # binary files are not logs
+    assert invoke(str(tmp_path)).exit_code == 2
+
+
+def test_cli_shows_markup_and_escapes_in_a_log_as_plain_text(tmp_path):
+    """A log line with rich markup ("[/red]") crashed the table; ESC sequences reached the terminal."""
+    line = (PUBLIC / "nccl-duplicate-gpu-slurm.log").read_text().split("\n")[0]
+    log = tmp_path / "weird.log"
+    log.write_text("[/red][bold]not markup[/] \x1b[31mred\x1b[0m \x1b]0;title\x07 Error: [/]\n"
+                   "\x1b[1m" + line + "\x1b[0m [/red]\n", encoding="utf-8")
+    result = invoke(str(log))
+    assert result.exit_code == 1, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "Duplicate GPU detected : rank 6 and rank 4 both on CUDA device 31000 [/red]" in result.output
+    # with no known cause the line that looks like an error is shown, markup and all, as text
+    log.write_text("[/red][bold]Error: bad [/] thing\x1b[0m\n", encoding="utf-8")
+    result = invoke(str(log))
+    assert result.exit_code == 0 and "[/red][bold]Error: bad [/] thing" in result.output
+    result = invoke("--json", str(log))
+    assert json.loads(result.stdout)["unknown_error_lines"][0]["text"] == "[/red][bold]Error: bad [/] thing"
 
 
 def test_cli_json_document():
@@ -61,7 +92,9 @@ def test_cli_json_document():
     assert "HCCL could not listen on port 16666" in doc["causes"][0]["detail"]
     assert [f["path"].split("/")[-1] for f in doc["files"]] == ["hccl-listen-port-held.log", "neg-cut-short.log"]
     assert {u["file"].split("/")[-1] for u in doc["unknown_error_lines"]} == {"neg-cut-short.log"}
-    assert set(doc) == {"schema", "ok", "files", "causes", "unknown_error_lines", "summary"}
+    assert set(doc) == {"schema", "ok", "first_failure", "files", "causes", "consequences", "unknown_error_lines",
+                        "summary"}
+    assert doc["first_failure"]["check"] == "diagnose.hccl_port_held"
 
 
 def test_cli_reads_stdin_and_node_option():
@@ -73,3 +106,14 @@ def test_cli_reads_stdin_and_node_option():
 
 def test_read_logs_from_a_stream():
     assert core.read_logs(["-"], stdin=io.StringIO("x\n")) == [("<stdin>", "x\n")]
+    doc = core.diagnose_paths(["-"], stdin=io.BytesIO((PUBLIC / "nccl-shm-fallocate-horovod.log").read_bytes()))
+    assert named(doc) == [("shm", "gpu2-ru7")] and doc["files"][0]["path"] == "<stdin>"
+
+
+def test_cli_with_only_consequences_says_the_first_failure_is_in_another_log():
+    result = invoke(str(PUBLIC / "tcpstore-broken-pipe.log"))
+    assert result.exit_code == 1, result.output
+    assert "CONSEQUENCE (node unknown) (rank 1): diagnose.peer_lost at 12-29 22:06:38.480" in result.output
+    assert "no first failure: the log of the rank that failed first is not among them" in result.output
+    doc = json.loads(invoke("--json", str(PUBLIC / "tcpstore-broken-pipe.log")).stdout)
+    assert doc["first_failure"] is None and doc["causes"][0]["data"]["role"] == "consequence"

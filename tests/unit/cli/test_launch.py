@@ -123,12 +123,22 @@ def test_launch_prints_the_diagnosis_of_a_failed_job(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_printer_keeps_the_tail_of_each_nodes_output():
+def test_printer_streams_each_nodes_output_into_its_own_diagnosis(capsys):
+    """The whole output is diagnosed (not its last MiBs), in bounded memory, the same way as `provision diagnose`."""
     printer = launch.Printer(["n1", "n2"])
-    printer.TAIL = 10
-    printer.feed("n1", "0123456789abc\n")
-    printer.feed("n2", "x")
-    assert printer.tail == {"n1": "456789abc\n", "n2": "x"}
+    noise = "[2026-11-27 08:00:00,000] rank0 INFO step 1/8 loss 0.999998\n" * 2000
+    log = (FAIL / "nccl-bogus-ifname.log").read_text(encoding="utf-8", errors="replace")
+    for _i in range(50):  # 6 MB of n1's progress lines, the failure at the start of n2's output
+        printer.feed("n1", noise)
+    for piece in (log[:100], log[100:], "tail\n"):
+        printer.feed("n2", piece)
+    capsys.readouterr()
+    assert set(printer.scanners) == {"n1", "n2"}
+    assert len(printer.scanners["n1"]._buf) < 1 << 20 and printer.scanners["n1"].bytes == 50 * len(noise)
+    launch._diagnose_output(printer.scanners)
+    err = capsys.readouterr().err
+    assert "provision launch: diagnose: n2: diagnose.no_interface: NCCL found no usable interface: " \
+           "NCCL_SOCKET_IFNAME=bogus0" in err
 
 
 def test_launch_end_to_end_names_the_cause_when_the_job_fails(tmp_path):
