@@ -22,7 +22,7 @@ pytestmark = pytest.mark.lab
 # controller and other jobs) gets some room: the measured times go to the closing note, not this bound
 LIMIT_S = 150
 # the lab's healthy runs spread -8%/+30% around their median at 64 MiB, and one link's TCP figure 0.41-1.31
-# GB/s (shared cores: README, "Finding the bad node"); a link at a tenth costs -90%
+# GB/s (shared cores: docs/performance.md, "Finding the bad node"); a link at a tenth costs -90%
 LAB_TOLERANCE = "0.5"
 LAB_LINK_TOLERANCE = "0.75"
 TOLERANCES = ("-e", f"verify_baseline_tolerance={LAB_TOLERANCE}", "-e", f"verify_baseline_link_tolerance={LAB_LINK_TOLERANCE}")
