@@ -25,7 +25,7 @@ author: provision developers (!UNKNOWN)
 options:
   peers:
     description:
-      - The nodes, as the cluster plan lists them (C(cluster_plan.nodes), computed by preflight: C(name), C(address)).
+      - The nodes, as the cluster plan lists them (C(cluster_plan.nodes), computed by preflight), each with C(name) and C(address).
       - The entry for this node (by O(self_name) or by one of its own addresses) is skipped.
     type: list
     elements: dict
