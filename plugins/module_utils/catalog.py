@@ -483,7 +483,8 @@ CATALOG = [
     Spec("pdsh", "pdsh", "pdsh present, hosts file as the inventory, reaching the ring's nodes (every node with --full); "
          "ssh's own error line and its fix when it does not",
          module="provision.cluster.pdsh_config", stage="pdsh", args=_pdsh_args, reuse=_reuse_pdsh, local=False),
-    Spec("env", "env block", "the ~/.bashrc env block above the non-interactive guard; ssh <self> env sees its values", module="provision.cluster.shell_env_check",
+    Spec("env", "env block", "the ~/.bashrc env block above the non-interactive guard; ssh <self> env sees its values",
+         module="provision.cluster.shell_env_check",
          stage="shell_env",
          args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host, "timeout": 10},
                                **({"bashrc": ctx.var("shell_env_bashrc")} if ctx.var("shell_env_bashrc") else {})),
