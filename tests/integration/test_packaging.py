@@ -45,6 +45,11 @@ def test_cli_and_content_come_from_the_wheel(installed):
                 "plugins/module_utils/cluster_plan.py", "plugins/inventory/lab.py", "inventory/lab/lab.yml"):
         assert os.path.exists(os.path.join(content, rel)), rel
     assert os.path.isdir(os.path.join(colls, "ansible_collections", "provision", "cluster", "roles"))
+    # the controller only: ansible-core and the CLI's libraries, nothing of the lab, the tests or torch
+    listed = _run(venv, "python", "-m", "pip", "list", "--format=json", cwd=base)
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert "ansible-core" in names and "paramiko" in names, names
+    assert not names & {"molecule", "molecule-plugins", "pytest", "torch", "ansible-lint"}, names
 
 
 def test_shipped_site_yml_parses_with_shipped_collection(installed, tmp_path):
