@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install what provision needs on this machine (Debian/Ubuntu; idempotent, fast when done):
-# a venv in .venv with the package and its test tools, the collections the roles use,
-# and the lab's host packages (podman, runc, debootstrap) plus its containers.conf.
+# Install what the tests need on this machine (Debian/Ubuntu; idempotent, fast when done):
+# a venv in .venv with the package, its test tools and torch (.[dev,torch]), the collections the
+# roles and the lab use, and the lab's host packages (podman, runc, debootstrap) plus its
+# containers.conf. A controller for real machines needs only `pip install .` and `provision setup`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,5 +42,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 
 # collections (from the ansible wheel; Galaxy may be unreachable) and the lab host setup
-.venv/bin/provision setup >&2
+.venv/bin/provision setup --lab >&2
 log "done; use it with: source .venv/bin/activate"

@@ -26,3 +26,14 @@ attributes:
     support: N/A
     details: This module never changes the node.
 """
+
+    # A module name whose work is done by an action plugin of the same name (plugins/action/), as the
+    # verify playbook's tasks are: the module file holds only its documentation.
+    FLOW = r"""
+options: {}
+attributes:
+  action:
+    description: Has an action plugin of the same name; part or all of the work runs on the controller.
+  async:
+    description: Can be used with the C(async) task keyword.
+"""

@@ -19,7 +19,7 @@ import time
 SCHEMA = 1
 # The default tolerance: 10% below the baseline fails. A baseline keeps up to MAX_SAMPLES runs (each
 # --save-baseline on the same cluster adds one) and is compared through their median per figure, which
-# a single lucky or unlucky run cannot move. How 10% was chosen (README: "Finding the bad node"): the
+# a single lucky or unlucky run cannot move. How 10% was chosen (docs/verify.md: "Finding the bad node"): the
 # faults this must catch cost far more (a link limited to a tenth: -87% at 64 MiB; a lost NIC, x8 PCIe,
 # a TCP fallback: -50% or worse), and a dedicated cluster repeats busbw within a few percent; 10% sits
 # between the two. This project's lab is not such a cluster: six healthy runs of its 4-node lab, whose

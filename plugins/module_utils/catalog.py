@@ -8,7 +8,7 @@ read-only module produces its Check records (plugins/module_utils/checks.py) and
 arguments, which stage fixes it, and which stage result may stand in for it inside site.yml.
 ``provision verify``, ``playbooks/verify.yml`` (the action plugins ``verify_node`` and
 ``verify_report``), the CLI's ``--list-checks`` and the JSON document all read this list; adding a
-check is one entry here plus its module and its tests (README: "Adding a check").
+check is one entry here plus its module and its tests (docs/contributing.md: "Adding a check").
 
 Arguments are computed from a ``Context``: the node's name, the cluster plan (``cluster_plan``,
 plugins/module_utils/cluster_plan.py), and ``var(name)``: the node's variable, else the default of
@@ -480,9 +480,11 @@ CATALOG = [
     # computed once on the controller from the mesh entry's summaries (verify_report)
     Spec("mesh_files", "ssh files", "every node's key authorized and host keys known on every node (no login)",
          phase=CLUSTER, group="mesh", needs=("mesh",), stage="ssh_mesh", cluster=_cluster_mesh_files, default=False, local=False),
-    Spec("pdsh", "pdsh", "pdsh present, hosts file as the inventory, reaching the ring's nodes (every node with --full)",
+    Spec("pdsh", "pdsh", "pdsh present, hosts file as the inventory, reaching the ring's nodes (every node with --full); "
+         "ssh's own error line and its fix when it does not",
          module="provision.cluster.pdsh_config", stage="pdsh", args=_pdsh_args, reuse=_reuse_pdsh, local=False),
-    Spec("env", "env block", "the ~/.bashrc env block seen by non-interactive ssh", module="provision.cluster.shell_env_check",
+    Spec("env", "env block", "the ~/.bashrc env block above the non-interactive guard; ssh <self> env sees its values",
+         module="provision.cluster.shell_env_check",
          stage="shell_env",
          args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host, "timeout": 10},
                                **({"bashrc": ctx.var("shell_env_bashrc")} if ctx.var("shell_env_bashrc") else {})),
@@ -490,11 +492,12 @@ CATALOG = [
     Spec("gcc", "gcc", "GCC >= gcc_toolchain_min_version", module="provision.cluster.gcc_facts", stage="gcc_toolchain",
          args=lambda ctx: {"min_version": str(ctx.var("gcc_toolchain_min_version")), "node": ctx.host},
          reuse=_reuse_gcc),
-    Spec("gpu", "gpu", "GPU / driver / CUDA toolkit consistency", module="provision.cluster.gpu_facts", stage="cuda_toolkit",
+    Spec("gpu", "gpu", "GPUs, driver, the CUDA the driver supports and the toolkit: consistent (skip without GPU)",
+         module="provision.cluster.gpu_facts", stage="cuda_toolkit",
          args=lambda ctx: {"cuda_version": ctx.var("cuda_toolkit_version") or ""},
          reuse=_reuse_gpu, keep=_keep_gpu),
     Spec("versions", "python_env",
-         "python / torch / CUDA / NCCL versions equal across nodes; DeepSpeed ops built for this torch",
+         "python / torch / CUDA / NCCL / backends / extras equal across nodes; DeepSpeed ops built for the torch and CUDA installed",
          module="provision.cluster.python_versions", stage="python_env",
          args=lambda ctx: {"python": ctx.python(), "packages": ctx.var("verify_packages") or [], "require_torch": False,
                            "timeout": 60,
@@ -503,7 +506,8 @@ CATALOG = [
                            "cache": ctx.python().rsplit("/", 2)[0] + "/.provision-versions.json"},
          reuse=_reuse_versions, keep=_keep_versions),
     Spec("nccl", "nccl_net",
-         "NCCL interface exists, is up and reaches the ring's nodes (every node with --full); IB HCAs active; node names resolve to their nodes",
+         "NCCL interface in effect exists, is up and reaches the ring's nodes (every node with --full); IB HCAs active; "
+         "node names resolve to their nodes, not to another node or loopback; the master's rendezvous port reachable",
          module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(), reuse=_reuse_nccl,
          keep=_keep_nccl),
     # NCCL gets the interface the env block exports (as non-interactive ssh sees it): when that is not
@@ -512,7 +516,7 @@ CATALOG = [
          module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(_env_ifname), group="nccl",
          needs=("env", "nccl"),
          when=_in_effect_differs, adjust=_adjust_in_effect, default=False, local=False),
-    Spec("runtime", "node runtime", "/dev/shm, memlock, nofile, ssh lands on the right node",
+    Spec("runtime", "node runtime", "/dev/shm, memlock, nofile (and the pam_limits line that lowers them); ssh <name> lands on that node",
          module="provision.cluster.node_runtime", stage="node_runtime", args=_runtime_args,
          reuse=_reuse_checks("node_runtime_result"), keep=_keep_runtime),
     Spec("landing", "landing", "ssh <name> from every node lands in that node", module="provision.cluster.ssh_landing",
@@ -521,8 +525,9 @@ CATALOG = [
     Spec("compare", "versions equal", "versions equal on every node", phase=CLUSTER, group="versions", stage="python_env",
          needs=("versions",), cluster=_cluster_compare, default=False),
     Spec("gpu_health", "gpu health",
-         "GPUs healthy: count, ECC, retired pages/remapped rows, PCIe link, NVLink, throttling, Xid, persistence, "
-         "MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
+         "GPUs healthy: count (gpu_health_expected_gpus, else the same on every node), ECC, retired pages/remapped rows, "
+         "PCIe link below its maximum, NVLink links down or erroring, fault throttling, Xid errors with their meaning, "
+         "persistence, MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
          module="provision.cluster.gpu_health_info", stage="cuda_toolkit", reuse=_reuse_gpu_health,
          args=lambda ctx: {"node": ctx.host, "expected_gpus": int(ctx.var("gpu_health_expected_gpus") or 0),
                            "dcgm_diag": _dcgm(ctx)},
@@ -531,8 +536,9 @@ CATALOG = [
          phase=CLUSTER, group="gpu_health", needs=("gpu_health",), cluster=_cluster_gpu_count, stage="cuda_toolkit",
          default=False),
     Spec("fabric", "fabric health",
-         "InfiniBand/RoCE ports: state, rate, error counters, MTU; GPUDirect RDMA prerequisites; RDMA devices and "
-         "memlock in containers (skip without RDMA)",
+         "InfiniBand/RoCE ports: state and physical state, rate below the port's maximum or the cluster's, error "
+         "counters growing between two reads, MTU, one link layer on every node; GPUDirect RDMA prerequisites "
+         "(nvidia_peermem, PCIe ACS); RDMA devices and memlock in containers (skip without RDMA)",
          module="provision.cluster.fabric_health_info", stage="nccl_net", reuse=_reuse_fabric,
          args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval") or 5),
                            "required_ports": [h for h in str(ctx.var("nccl_net_ib_hca") or "").split(",") if h]},
@@ -543,7 +549,8 @@ CATALOG = [
          "the same platform on every node: kernel, the NCCL interface's MTU (a difference fails), speed and driver, "
          "NVIDIA driver, CUDA, NCCL, RDMA firmware", phase=CLUSTER, needs=("nccl", "gpu", "versions"),
          cluster=_cluster_consistency),
-    Spec("smoke", "allreduce", "all-reduce smoke test across all nodes (only with --smoke)", phase=SMOKE,
+    Spec("smoke", "allreduce", "all-reduce across all nodes (only with --smoke): sum checked, algbw/busbw judged against "
+         "the bandwidth the hardware should give and the baseline; the bad node named", phase=SMOKE,
          stage="allreduce_smoke", default=False, local=False),
 ]
 
@@ -601,3 +608,32 @@ def expand(selected, running=None, local=False):
 def describe():
     """[(name, summary)] of the public checks (provision verify --list-checks)."""
     return [(n, BY_NAME[n].summary) for n in PUBLIC]
+
+
+def describe_checks():
+    """The public checks as `provision verify --list-checks --json` lists them (and docs/verify.md's
+    table, generated from that list): per check its name, summary, the read-only modules that run for it
+    on the nodes, whether the controller compares the nodes' results, the stage that makes what it
+    checks, whether it runs without --check, and whether `verify --local` runs it (named, or by default);
+    phase: where its main entry runs (node, peers, cluster: on the controller, smoke: the all-reduce role)."""
+    out = []
+    for name in PUBLIC:
+        entries = [BY_NAME[e] for e in reported([name])]
+        modules = []
+        for e in entries:
+            if e.module and e.module not in modules:
+                modules.append(e.module)
+        spec = BY_NAME[name]
+        out.append({
+            "name": name,
+            "summary": spec.summary,
+            "modules": modules,
+            "controller": any(e.phase == CLUSTER for e in entries),
+            "phase": spec.phase,
+            "stage": spec.stage,
+            "default": spec.default,
+            "always": name in ALWAYS,
+            "local": spec.local,
+            "local_default": name in LOCAL_DEFAULT,
+        })
+    return out

@@ -25,7 +25,7 @@ DEFAULT_MASTER_PORT = 29500
 # The stages of site.yml, in order (each is playbooks/<stage>.yml and roles/<stage>, tagged with its name).
 STAGES = ["preflight", "packages", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
           "node_runtime", "nccl_net", "shell_env", "launchers", "allreduce_smoke"]
-# The inventory variables every stage shares, and their defaults (README: Inventories).
+# The inventory variables every stage shares, and their defaults (README: Inventory variables).
 DEFAULTS = {
     "cluster_group": "cluster",
     "cluster_user": "root",

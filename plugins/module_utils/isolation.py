@@ -46,7 +46,7 @@ def judge_pairs(rounds, tolerance=DEFAULT_TOLERANCE, reference=None):
     pairs that completed (half the pairs of a round can hold a bad node: the plain median would be
     dragged down by them). tolerance 0.5 flags a pair at less than half of it: what a degraded link
     (a 1X port, a lost lane, TCP fallback, a link limited by a fault) costs, far below the run-to-run
-    noise of a healthy pair (README: "Finding the bad node").
+    noise of a healthy pair (docs/verify.md: "Finding the bad node").
     """
     done = sorted(r["busbw"] for rnd in rounds for r in (rnd.get("results") or {}).values()
                   if r.get("status") == "ok" and r.get("busbw"))

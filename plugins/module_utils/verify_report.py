@@ -6,7 +6,7 @@
 ``playbooks/verify.yml``'s last task (the action plugin ``verify_report``) calls ``build_document``
 and hands the result to the CLI (``provision verify --json`` prints it, with the inventory, the limit
 and the run's duration added) and to its own failure message (``fail_lines``). Schema 1 is stable
-(README: "provision verify --json"). Plain Python, no Ansible import.
+(docs/verify.md: "--json"). Plain Python, no Ansible import.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ author: provision developers (!UNKNOWN)
 options:
   peers:
     description:
-      - The nodes, as the preflight fact C(cluster_nodes) lists them (C(name), C(address)).
+      - The nodes, as the cluster plan lists them (C(cluster_plan.nodes), computed by preflight), each with C(name) and C(address).
       - The entry for this node (by O(self_name) or by one of its own addresses) is skipped.
     type: list
     elements: dict
@@ -113,13 +113,13 @@ extends_documentation_fragment: [provision.cluster.attributes, provision.cluster
 EXAMPLES = r"""
 - name: Choose the NCCL network
   provision.cluster.nccl_net_facts:
-    peers: "{{ cluster_nodes }}"
+    peers: "{{ cluster_plan.nodes }}"
     self_name: "{{ inventory_hostname }}"
   register: nccl
 
 - name: Force the interface, keep InfiniBand choice automatic
   provision.cluster.nccl_net_facts:
-    peers: "{{ cluster_nodes }}"
+    peers: "{{ cluster_plan.nodes }}"
     self_name: "{{ inventory_hostname }}"
     socket_ifname: ens5
 """

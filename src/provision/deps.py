@@ -22,9 +22,16 @@ ANSIBLE_WHEEL_VERSION = "12.3.0"
 ANSIBLE_WHEEL_SPEC = f"ansible=={ANSIBLE_WHEEL_VERSION}"
 
 
-def required_collections() -> list[str]:
+# What only the local lab needs: its nodes are reached with the podman connection at first contact.
+# A controller that drives real machines never installs it (`provision setup --lab` does).
+LAB_COLLECTIONS = ("containers.podman",)
+
+
+def required_collections(lab: bool = True) -> list[str]:
+    """The collections of requirements.yml (without the lab's when lab is false)."""
     data = yaml.safe_load((content_root() / "requirements.yml").read_text()) or {}
-    return [c["name"] if isinstance(c, dict) else str(c) for c in data.get("collections", [])]
+    names = [c["name"] if isinstance(c, dict) else str(c) for c in data.get("collections", [])]
+    return [n for n in names if lab or n not in LAB_COLLECTIONS]
 
 
 def _installed(name: str, dest: Path) -> bool:
@@ -32,9 +39,9 @@ def _installed(name: str, dest: Path) -> bool:
     return (dest / "ansible_collections" / ns / coll / "MANIFEST.json").is_file()
 
 
-def missing_collections(dest: Path | None = None) -> list[str]:
+def missing_collections(dest: Path | None = None, lab: bool = True) -> list[str]:
     dest = dest or user_collections_dir()
-    return [name for name in required_collections() if not _installed(name, dest)]
+    return [name for name in required_collections(lab) if not _installed(name, dest)]
 
 
 def _ansible_wheel(log) -> Path:
@@ -54,10 +61,10 @@ def _ansible_wheel(log) -> Path:
     return found[-1]
 
 
-def ensure_collections(dest: Path | None = None, log=print) -> list[str]:
-    """Install the missing collections into dest; returns the names installed."""
+def ensure_collections(dest: Path | None = None, log=print, lab: bool = False) -> list[str]:
+    """Install the missing collections into dest (the lab's too when lab is true); returns the names installed."""
     dest = dest or user_collections_dir()
-    missing = missing_collections(dest)
+    missing = missing_collections(dest, lab)
     if not missing:
         return []
     wheel = _ansible_wheel(log)
@@ -68,7 +75,7 @@ def ensure_collections(dest: Path | None = None, log=print) -> list[str]:
                 if member.startswith(prefix):
                     zf.extract(member, dest)
                     break
-    still = missing_collections(dest)
+    still = missing_collections(dest, lab)
     if still:
         raise RuntimeError(f"the ansible wheel {wheel.name} lacks {', '.join(still)}")
     return missing

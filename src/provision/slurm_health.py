@@ -27,7 +27,7 @@ REASON_MAX = 200
 SCONTROL_TIMEOUT = 20
 
 DRAIN, RESUME, NOTHING = "drain", "resume", "nothing"
-# exit codes of --slurm-drain (README: SLURM health check)
+# exit codes of --slurm-drain (docs/slurm.md: Node health check)
 EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
 

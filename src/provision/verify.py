@@ -31,6 +31,12 @@ def checks() -> dict[str, str]:
     return dict(catalog().describe())
 
 
+def check_list() -> dict[str, Any]:
+    """`provision verify --list-checks --json`: the catalog's public checks, one record each (name, summary,
+    modules, controller, stage, default, always, local, local_default), under a schema number."""
+    return {"schema": 1, "checks": catalog().describe_checks()}
+
+
 def select_checks(names: tuple[str, ...] | list[str], smoke: bool) -> list[str]:
     """The check names to run (all but smoke when none is named, reach always); VerifyError on an unknown one."""
     try:

@@ -46,6 +46,11 @@ def test_cli_and_content_come_from_the_wheel(installed):
                 "plugins/module_utils/cluster_plan.py", "plugins/inventory/lab.py", "inventory/lab/lab.yml"):
         assert os.path.exists(os.path.join(content, rel)), rel
     assert os.path.isdir(os.path.join(colls, "ansible_collections", "provision", "cluster", "roles"))
+    # the controller only: ansible-core and the CLI's libraries, nothing of the lab, the tests or torch
+    listed = _run(venv, "python", "-m", "pip", "list", "--format=json", cwd=base)
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert "ansible-core" in names and "paramiko" in names, names
+    assert not names & {"molecule", "molecule-plugins", "pytest", "torch", "ansible-lint"}, names
 
 
 def test_shipped_site_yml_parses_with_shipped_collection(installed, tmp_path):
@@ -72,7 +77,9 @@ def test_lab_commands_work_from_the_wheel(installed):
 
 # what the tarball must not carry (galaxy.yml build_ignore): the CLI package, tests and their
 # fixtures, lab/CI tooling, caches, venvs, VCS data
-_NOT_SHIPPED = ("src/", "tests/", "benchmarks/", "molecule/", "scripts/", ".venv/", ".cache/", ".git/", "collections/",
+# (of tests/, only tests/config.yml and tests/sanity/ ship: ansible-test sanity reads them)
+_NOT_SHIPPED = ("src/", "tests/unit", "tests/integration", "tests/fixtures", "tests/conftest", "tests/helpers",
+                "benchmarks/", "molecule/", "scripts/", ".venv/", ".cache/", ".git/", "collections/",
                 ".ci/", "pyproject.toml", "execution-environment.yml")
 
 
@@ -108,8 +115,12 @@ def test_tarball_holds_the_collection_and_nothing_else(galaxy_install):
     for needed in ("MANIFEST.json", "FILES.json", "site.yml", "meta/runtime.yml", "requirements.yml",
                    "playbooks/preflight.yml", "roles/sshd/tasks/main.yml", "plugins/modules/sshd_service.py",
                    "plugins/inventory/lab.py", "inventory/lab/lab.yml", "changelogs/changelog.yaml",
-                   "meta/execution-environment.yml", "docs/support.md"):
+                   "meta/execution-environment.yml", "docs/support.md", "tests/config.yml",
+                   "tests/sanity/ignore-2.19.txt", "plugins/modules/verify_node.py"):
         assert needed in names, needed
+    # of tests/, only what ansible-test sanity reads in the installed collection
+    assert {n.rstrip("/") for n in names if n.startswith("tests/")} <= (
+        {"tests/config.yml", "tests/sanity"} | {f"tests/sanity/{p.name}" for p in (REPO / "tests" / "sanity").iterdir()}), names
     shipped = [n for n in names if n.startswith(_NOT_SHIPPED) or "__pycache__" in n or n.endswith((".pyc", ".retry"))
                or "/.provision/" in n]
     assert not shipped, shipped

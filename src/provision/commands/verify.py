@@ -177,14 +177,14 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
 @click.option("--timeout", default=None, type=float,
               help="Give up after this many seconds [default: 300; 45 with --local: slurmd kills its HealthCheckProgram at 60 s].")
-@click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (README: provision verify --json).")
-@click.option("--list-checks", is_flag=True, help="List the check names and exit.")
+@click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (docs/verify.md: --json).")
+@click.option("--list-checks", is_flag=True, help="List the checks and exit (with --json: one JSON document on stdout).")
 @click.option("--local", is_flag=True,
               help="Check only the node this runs on (Ansible's local connection, no inventory, no controller); "
                    "the node-local checks by default.")
 @click.option("--slurm-drain", is_flag=True,
               help="With --local (implied): SLURM's health check. Drain this node when a check fails (reason "
-                   "'provision: <check>: <cause>'), resume it when all pass and the drain was ours (README).")
+                   "'provision: <check>: <cause>'), resume it when all pass and the drain was ours (docs/slurm.md).")
 @click.option("--node-name", metavar="NAME", help="This node's name [default: $SLURMD_NODENAME, else the short hostname].")
 def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool, full: bool,
             extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
@@ -195,12 +195,17 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
     provision verify -i inventory/lab/
     provision verify -i inventory/lab/ --check mesh --check env --limit node1,node2
     provision verify -i hosts.ini --smoke --json > verify.json
-    provision verify --local --slurm-drain       # as slurmd's HealthCheckProgram (README)
+    provision verify --local --slurm-drain       # as slurmd's HealthCheckProgram (docs/slurm.md)
     """
     app = term = Application(json_mode=json_mode)
     if list_checks:
-        for name, desc in core.checks().items():
-            term.info(f"{name:10} {desc}")
+        if json_mode:  # on stdout, as every --json document
+            app.emit_json(core.check_list())
+        else:
+            listed = core.checks()
+            width = max(map(len, listed))
+            for name, desc in listed.items():
+                term.info(f"{name:{width}} {desc}")
         return
     if local or slurm_drain:
         if inventory or limit or smoke or save_baseline:

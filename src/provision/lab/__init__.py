@@ -58,7 +58,7 @@ _SIDE_FIRST_OCTET = 90
 _OUR_SECOND_OCTETS = {str(o) for o in range(89, _SIDE_FIRST_OCTET + MAX_NODES // 16 + 1)}
 
 CONTAINERS_CONF = """\
-# written by `provision lab` (see README: the lab)
+# written by `provision lab` (see docs/lab.md)
 [containers]
 default_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]
 
@@ -482,6 +482,10 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
     if setup:
         for line in setup_host(log=log):
             log(line)
+        from provision import deps  # the podman connection the lab inventory uses (`provision setup --lab`)
+
+        for name in deps.ensure_collections(log=log, lab=True):
+            log(f"installed the collection {name}")
     tags = {release: build_image(spec.flavour, release=release, init=spec.init, log=log)
             for release in dict.fromkeys(spec.os)}
     # the /24 is chosen and taken in one step: another lab (a test worker, a second checkout) may be

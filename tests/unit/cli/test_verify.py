@@ -150,6 +150,22 @@ def test_cli_list_checks_is_the_catalog():
     assert result.exit_code == 0
     assert [ln.split()[0] for ln in result.stdout.splitlines()] == list(core.checks())
     assert list(core.checks())[:3] == ["reach", "sshd", "ports"]
+    # one column of names, as wide as the longest
+    assert len({ln.index(desc) for ln, desc in zip(result.stdout.splitlines(), core.checks().values())}) == 1
+
+
+def test_cli_list_checks_json_is_one_document_on_stdout():
+    result = CliRunner().invoke(cli, ["verify", "--list-checks", "--json"])
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc == core.check_list() and doc["schema"] == 1
+    assert [c["name"] for c in doc["checks"]] == list(core.checks())
+    by_name = {c["name"]: c for c in doc["checks"]}
+    assert by_name["reach"]["always"] and by_name["smoke"]["default"] is False
+    assert by_name["sshd"]["modules"] == ["provision.cluster.port_facts"] and by_name["sshd"]["stage"] == "sshd"
+    assert by_name["runtime"]["modules"] == ["provision.cluster.node_runtime", "provision.cluster.ssh_landing"]
+    assert by_name["consistency"]["controller"] and not by_name["consistency"]["modules"]
+    assert by_name["mesh"]["local"] is False and by_name["gpu_health"]["local_default"] is True
 
 
 def test_row_key_groups_per_peer_checks():

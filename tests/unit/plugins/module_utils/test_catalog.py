@@ -161,6 +161,15 @@ def test_pdsh_checked_from_the_first_node_only_stands_for_the_others():
 def test_describe_lists_every_public_check_once():
     names = [n for n, _ in K.describe()]
     assert names == K.PUBLIC and len(set(names)) == len(names)
+    records = K.describe_checks()
+    assert [r["name"] for r in records] == K.PUBLIC
+    assert [r["summary"] for r in records] == [s for _, s in K.describe()]
+    # every entry a --check NAME runs shows up under it: its module, or the controller's comparison
+    for r in records:
+        entries = [K.BY_NAME[e] for e in K.reported([r["name"]])]
+        assert set(r["modules"]) == {e.module for e in entries if e.module}
+        assert r["controller"] == any(e.phase == K.CLUSTER for e in entries)
+        assert r["local_default"] == (r["name"] in K.LOCAL_DEFAULT) and (r["local"] or not r["local_default"])
 
 
 def test_sshd_down_on_a_node_without_init_says_why_a_restart_lost_it():
