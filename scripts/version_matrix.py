@@ -23,7 +23,8 @@ step are kept in --logs (default /tmp/provision-matrix).
 
 With --budget SECONDS a cell whose usual cost (COST) would end past the budget is not started and
 says so in its line; sanity and ansible-doc of every version run first, then the oldest version's
-units and lab run, then the others' (CI passes what is left of its time).
+units and lab run, then the others' (CI passes what is left of its time). --jobs cells run at once
+(default 2: each cell is one process, mostly on one core; the venvs are made first, one by one).
 
 Usage: python scripts/version_matrix.py [--versions 2.16,2.19] [--lab-versions oldest,newest|none]
        [--skip sanity,units,doc,lab] [--lab-prefix hc-] [--budget SECONDS]
@@ -38,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -223,6 +225,8 @@ def main() -> int:
                          "the units and lab cells are that run's (the same tests, site.yml on a 2-node lab in test_site)")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds this run may take: a cell whose usual cost would go past it is reported as not run")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="cells run at once (default: 2, or 1 on one core); each is one process")
     ap.add_argument("--venvs", default=os.path.expanduser("~/.cache/provision/matrix"))
     ap.add_argument("--logs", default="/tmp/provision-matrix")
     args = ap.parse_args()
@@ -254,43 +258,82 @@ def main() -> int:
     results: dict[tuple[str, str], str] = {}
     venvs: dict[str, tuple[Path, str] | None] = {}
     all_ok = True
-    try:
-        for version, cell in plan:
-            if version not in venvs:
-                for old in logs.glob(f"{version}-*.log"):
-                    old.unlink()
-                t0 = time.monotonic()
-                try:
-                    venvs[version] = make_venv(version, base, log_path(logs, version, "venv"))
-                    results[(version, "venv")] = f"venv {time.monotonic() - t0:.0f} s"
-                except (RuntimeError, subprocess.CalledProcessError) as exc:
-                    venvs[version] = None
-                    results[(version, "venv")] = f"venv failed ({exc}; {log_path(logs, version, 'venv')})"
-                    all_ok = False
-            if venvs[version] is None:
+    lock = threading.Lock()
+    # the venvs first, one after the other (pip; quick once cached), then the cells, --jobs at a time
+    for version in versions:
+        for old in logs.glob(f"{version}-*.log"):
+            old.unlink()
+        t0 = time.monotonic()
+        try:
+            venvs[version] = make_venv(version, base, log_path(logs, version, "venv"))
+            results[(version, "venv")] = f"venv {time.monotonic() - t0:.0f} s"
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            venvs[version] = None
+            results[(version, "venv")] = f"venv failed ({exc}; {log_path(logs, version, 'venv')})"
+            all_ok = False
+    todo = list(plan)
+    # two sanity runs at once would share ansible-test's own venvs (~/.ansible/test/venv): one at a time,
+    # the other worker takes the next cell of another kind meanwhile
+    running: set[str] = set()
+
+    def take() -> tuple[str, str] | None:
+        with lock:
+            for item in todo:
+                if not (item[1] == "sanity" and "sanity" in running):
+                    todo.remove(item)
+                    running.add(item[1])
+                    return item
+            return None if not todo else ("", "wait")
+
+    def worker() -> None:
+        while True:
+            item = take()
+            if item is None:
+                return
+            version, cell = item
+            if cell == "wait":
+                time.sleep(0.5)
                 continue
-            venv, exact = venvs[version]
-            if cell in skip or (cell == "lab" and version not in lab_versions):
-                results[(version, cell)] = f"{cell} -"
-                continue
-            if cell in ("units", "lab") and exact == main_core:
-                results[(version, cell)] = f"{cell} ok (scripts/test.sh, same ansible-core)"
-                continue
-            if args.budget is not None and time.monotonic() - start + COST[cell] > args.budget:
-                results[(version, cell)] = f"{cell} - (not run: over the --budget of {args.budget:.0f} s)"
-                continue
-            log = log_path(logs, version, cell)
-            t0 = time.monotonic()
             try:
-                if cell == "lab":
-                    ok, what = cell_lab(venv, version, log, work, args.lab_prefix)
-                else:
-                    ok, what = globals()[f"cell_{cell}"](venv, version, log, work)
-            except Exception as exc:  # a broken cell is a failed cell, the others still run
-                ok, what = False, f"{type(exc).__name__}: {exc}"
+                run_cell(version, cell)
+            finally:
+                with lock:
+                    running.discard(cell)
+
+    def run_cell(version: str, cell: str) -> None:
+        nonlocal all_ok
+        if venvs[version] is None:
+            return
+        venv, exact = venvs[version]
+        if cell in skip or (cell == "lab" and version not in lab_versions):
+            results[(version, cell)] = f"{cell} -"
+            return
+        if cell in ("units", "lab") and exact == main_core:
+            results[(version, cell)] = f"{cell} ok (scripts/test.sh, same ansible-core)"
+            return
+        if args.budget is not None and time.monotonic() - start + COST[cell] > args.budget:
+            results[(version, cell)] = f"{cell} - (not run: over the --budget of {args.budget:.0f} s)"
+            return
+        log = log_path(logs, version, cell)
+        t0 = time.monotonic()
+        try:
+            if cell == "lab":
+                ok, what = cell_lab(venv, version, log, work, args.lab_prefix)
+            else:
+                ok, what = globals()[f"cell_{cell}"](venv, version, log, work)
+        except Exception as exc:  # a broken cell is a failed cell, the others still run
+            ok, what = False, f"{type(exc).__name__}: {exc}"
+        with lock:
             all_ok &= ok
             results[(version, cell)] = f"{cell} {'ok' if ok else 'FAIL'} ({what}; {time.monotonic() - t0:.0f} s)"
             print(f"  {version} {results[(version, cell)]}", file=sys.stderr, flush=True)
+
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(max(1, args.jobs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for version in versions:
