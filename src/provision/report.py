@@ -48,10 +48,29 @@ def _read_json(path: str, what: str, text: str | None = None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        end = exc.pos >= len(text.rstrip())
-        why = "it ends early: a truncated file?" if end else "not valid JSON"
+        why = "it ends early: a truncated file?" if _unclosed(text) else "not valid JSON"
         raise ReportError(f"{name}: {why} ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                           f"expected {what}") from None
+
+
+def _unclosed(text: str) -> bool:
+    """True when the text opens an object, array or string it never closes: a file cut short."""
+    depth, in_string, escape = 0, False, False
+    for ch in text:
+        if in_string:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return in_string or depth > 0
 
 
 def load_document(path: str, text: str | None = None) -> dict[str, Any]:
@@ -281,9 +300,10 @@ def heat_map(nodes: list[str], links: list[dict[str, Any]], slow: set[tuple[str,
     margin = (max(len(x) for x in names) * 7 + 30) if labels else 40
     size = margin + n * cell + 10
     top = 30
+    height = max(size, margin + 200) + top
     vmax = max(v for _lk, v in cells) or 1.0
-    out = [f'<svg id="heatmap" class="heat" viewBox="0 0 {size + 150} {size + top}" width="{size + 150}" '
-           f'height="{size + top}" role="img" aria-label="link probe matrix">']
+    out = [f'<svg id="heatmap" class="heat" viewBox="0 0 {size + 150} {height}" width="{size + 150}" '
+           f'height="{height}" role="img" aria-label="link probe matrix">']
     out.append(f'<text class="title" x="{margin}" y="14">to (dst) \u2192</text>'
                f'<text class="title" transform="translate(12 {top + margin}) rotate(90)">from (src) \u2192</text>')
     if labels:
@@ -309,7 +329,7 @@ def heat_map(nodes: list[str], links: list[dict[str, Any]], slow: set[tuple[str,
         out.append(f'<rect x="{lx}" y="{top + margin + (10 - i) * 14}" width="16" height="14" fill="{colour(i / 10)}"/>')
     out.append(f'<text class="tick" x="{lx + 22}" y="{top + margin + 10}">{vmax:.3g} GB/s</text>'
                f'<text class="tick" x="{lx + 22}" y="{top + margin + 154}">0</text>'
-               f'<rect class="cell slow" x="{lx}" y="{top + margin + 176}" width="16" height="14" fill="none"/>'
+               f'<rect class="legend-slow" x="{lx}" y="{top + margin + 176}" width="16" height="14" fill="none"/>'
                f'<text class="tick" x="{lx + 22}" y="{top + margin + 187}">slow link</text>')
     out.append("</svg>")
     return "".join(out)
@@ -465,7 +485,7 @@ def _allreduce_section(doc: dict[str, Any], baselines: list[dict[str, Any]]) -> 
         ref = _f(base_rows.get(int(r["bytes"])))
         got = _f(r.get("busbw"))
         delta = f"{100 * (got / ref - 1):+.0f}%" if ref and got is not None else "-"
-        out.append(f'<tr><td>{human_bytes(r["bytes"])}</td><td>{r["bytes"]}</td><td>{fmt(r.get("time_us"), 6)}</td>'
+        out.append(f'<tr><td>{human_bytes(r["bytes"])}</td><td>{r["bytes"]}</td><td>{_f(r.get("time_us")) or 0:.1f}</td>'
                    f'<td>{fmt(r.get("algbw"))}</td><td>{fmt(r.get("busbw"))}</td><td>{fmt(ref)}</td><td>{delta}</td></tr>')
     out.append("</tbody></table>")
     sizes = sorted({int(r["bytes"]) for r in rows} | set(base_rows))
@@ -632,7 +652,7 @@ svg path.series.base{fill:none}svg path.series.run{fill:none}svg circle.base{fil
 svg .hline{stroke-width:1.5;stroke-dasharray:6 4}svg .expected{stroke:var(--ok)}svg .hline.run{stroke:#1565c0}
 svg .h0{stroke:#00897b;fill:#00897b}svg .h1{stroke:#f4511e;fill:#f4511e}svg .h2{stroke:#3949ab;fill:#3949ab}
 svg path.h0,svg path.h1,svg path.h2{fill:none}
-svg.heat .frame{fill:#f7f7f7;stroke:#ccc}svg.heat .cell{stroke:#fff;stroke-width:.5}svg.heat .cell.slow{stroke:var(--fail);stroke-width:3}
+svg.heat .frame{fill:#f7f7f7;stroke:#ccc}svg.heat .cell{stroke:#fff;stroke-width:.5}svg.heat .cell.slow,svg.heat .legend-slow{stroke:var(--fail);stroke-width:3}
 figure{margin:8px 0}figcaption{font-weight:600;margin-bottom:4px}
 """
 
