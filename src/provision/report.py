@@ -49,7 +49,7 @@ def _read_json(path: str, what: str, text: str | None = None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         why = "it ends early: a truncated file?" if _unclosed(text) else "not valid JSON"
-        raise ReportError(f"{name}: {why} ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+        raise ReportError(f"{name}: {why} ({exc.msg}: line {exc.lineno} column {exc.colno}); "
                           f"expected {what}") from None
 
 

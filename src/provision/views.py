@@ -423,7 +423,9 @@ def failure_lines(doc: dict[str, Any], width: int, limit: int = MAX_FAILURE_GROU
         colour = "red" if g["status"] == "fail" else "yellow"
         head = Text()
         head.append(g["status"].upper(), style=colour)
-        if len(g["nodes"]) == 1:
+        if is_cluster_check(g["check"]):
+            head.append(f" cluster: {g['check']}")
+        elif len(g["nodes"]) == 1:
             head.append(f" {g['nodes'][0]}: {g['check']}")
         else:
             head.append(f" {g['check']} on {len(g['nodes'])} nodes: {hostlist(g['nodes'])} (cause and fix as on {g['nodes'][0]})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -275,3 +276,21 @@ def test_promtool_check_metrics_accepts_every_textfile(slow32):
     for text in (export.prometheus_text(recorded("smoke-3nodes-slow-link.json")), export.prometheus_text(slow32),
                  export.prometheus_text(doc), export.prometheus_failed_run("verify did not finish within 45 s")):
         promtool(text)
+
+
+def test_brief_lines_carry_syslog_priorities_when_stdout_is_the_journal(tmp_path, monkeypatch):
+    """systemd sets JOURNAL_STREAM=<device>:<inode> of the service's stdout when it is the journal."""
+    from provision.app import Application
+    from provision.commands.verify import brief
+
+    out = tmp_path / "journal"
+    with out.open("w") as fh:
+        st = os.fstat(fh.fileno())
+        monkeypatch.setattr("sys.stdout", fh)
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+        brief(Application(), recorded("unreachable.json") | {"duration_s": 1})
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino + 1}")   # another stream: no prefixes
+        brief(Application(), recorded("unreachable.json") | {"duration_s": 1})
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("<3>FAIL bad: node reachable:") and lines[1].startswith("<6>verify: FAILED")
+    assert lines[2].startswith("FAIL bad: node reachable:") and lines[3].startswith("verify: FAILED")

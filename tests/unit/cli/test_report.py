@@ -220,3 +220,12 @@ def test_the_page_renders_in_a_real_browser_with_data_in_its_plots(big, tmp_path
             return document.querySelectorAll('#node-table tbody tr:not([hidden])').length; })()""")
         problems = sum(1 for r in report.views.node_summaries(doc) if r["state"] != "ok")
         assert shown == problems
+        # a run whose all-reduce could not start (node2 stopped): the page says so, and nothing breaks
+        stopped = tmp_path / "stopped.html"
+        stopped.write_text(report.build(str(RECORDED / "smoke-3nodes-node2-stopped.json"),
+                                        baselines=[str(LAB_BASELINE)])[0])
+        seen = b.open(stopped)
+        assert seen["errors"] == [] and b.evaluate("document.body.dataset.ready") == "1"
+        assert b.evaluate("document.querySelector('#node-table tr[data-node=node2] td.state').textContent") == "down"
+        assert b.evaluate("document.querySelectorAll('#busbw-plot circle.pt.run').length") == 0   # no run to draw
+        assert b.evaluate("document.querySelectorAll('#busbw-plot circle.pt.base').length") == 4  # the baseline still
