@@ -18,7 +18,7 @@ apt_install() {
 command -v python3 >/dev/null || apt_install python3
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then apt_install python3-venv; fi
 missing=()
-for tool in podman runc debootstrap ssh ssh-keygen git; do
+for tool in podman runc debootstrap ssh ssh-keygen git chromium; do
   command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -39,6 +39,20 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e '.[dev,torch]'
   touch "$stamp"
+fi
+
+# promtool (tests/unit/cli/test_export.py checks the Prometheus textfile with it): only the binary out of
+# Debian's prometheus package, so that no server is installed or started
+if [ ! -x .venv/bin/promtool ] && ! command -v promtool >/dev/null; then
+  tmp=$(mktemp -d)
+  if (cd "$tmp" && { apt-get download prometheus >/dev/null 2>&1 \
+        || { $SUDO apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; } \
+        && dpkg-deb -x prometheus_*.deb x); then
+    cp "$tmp/x/usr/bin/promtool" .venv/bin/promtool
+  else
+    log "promtool not installed (apt-get download prometheus failed); its test is skipped"
+  fi
+  rm -rf "$tmp"
 fi
 
 # collections (from the ansible wheel; Galaxy may be unreachable) and the lab host setup

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 
+from provision import export
 from provision import verify as core
+from provision import views
 from provision.app import Application
 from provision.terminal import Terminal, make_table
-
-MARK = {"pass": "[green]✓[/green]", "fail": "[red]✗[/red]", "warn": "[yellow]![/yellow]",
-        "skip": "[dim]-[/dim]"}
 
 
 class Progress:
@@ -45,68 +49,64 @@ class Progress:
                            f"{self.done} results so far")
 
 
-SEVERITY = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
-_SEPARATORS = " .->:/"
-
-
 def row_key(check: str, nodes: list[str]) -> str:
-    """One table row for the per-peer checks: 'ssh node1->node2' -> 'ssh *', 'nccl_net.reach.node2' -> 'nccl_net.reach *'."""
-    key = check
-    stripped = True
-    while stripped:
-        stripped = False
-        for node in sorted(nodes, key=len, reverse=True):
-            if key.endswith(node) and key != node:
-                key = key[: -len(node)].rstrip(_SEPARATORS)
-                stripped = True
-    return f"{key} *" if key != check and key else check
+    """One grid row for the per-peer checks (views.row_key)."""
+    return views.row_key(check, nodes)
 
 
-def render(term: Terminal, doc: dict[str, Any]) -> None:
+def render(term: Terminal, doc: dict[str, Any], grid: bool | None = None) -> None:
+    """The document for people: the per-node view, the grid when it fits (grid=None) or when asked
+    (True: in slices of nodes that fit), the SSH mesh, versions, all-reduce, the failures and a summary."""
+    width = term.out.width
     nodes = [n["name"] for n in doc["nodes"]]
-    rows: dict[str, dict[str, str]] = {}
-    for c in doc["checks"]:
-        cells = rows.setdefault(row_key(c["check"], nodes), {})
-        old = cells.get(c["node"])
-        if old is None or SEVERITY[c["status"]] > SEVERITY[old]:
-            cells[c["node"]] = c["status"]
-    table = make_table("checks (* = one cell per peer, the worst shown)", ["check"] + nodes)
-    for name, cells in rows.items():
-        table.add_row(name, *[MARK[cells[n]] if n in cells else "" for n in nodes])
-    term.table(table)
+    rows, slices = views.grid_slices(doc, width)
+    if grid or (grid is None and len(slices) == 1):
+        for sl in slices:
+            part = "" if len(slices) == 1 else f"; nodes {nodes.index(sl[0]) + 1}-{nodes.index(sl[-1]) + 1} of {len(nodes)}"
+            term.table(views.grid_table(rows, sl, f"checks (* = one cell per peer, the worst shown{part})"))
+    for line in views.per_node_lines(doc, width):
+        term.out.print(line, soft_wrap=True)
 
     mesh = doc["mesh"]
     if mesh["ran"]:
         cols = sorted({d for row in mesh["matrix"].values() for d in row}, key=_order(nodes))
-        table = make_table("ssh mesh (row: from, column: to)", ["from \\ to"] + cols)
-        for src in mesh["nodes"]:
-            row = mesh["matrix"][src]
-            table.add_row(src, *[("[green]✓[/green]" if row[d]["ok"] else "[red]✗[/red]")
-                                 if d in row else "" for d in cols])
-        term.table(table)
+        if views.matrix_fits(cols, width) or grid:
+            step = len(cols) if views.matrix_fits(cols, width) else max(1, (width - 20) // (max(map(len, cols)) + 3))
+            for i in range(0, len(cols), step):
+                part = cols[i:i + step]
+                title = "ssh mesh (row: from, column: to)" + ("" if step >= len(cols) else
+                                                                f"; columns {i + 1}-{i + len(part)} of {len(cols)}")
+                table = make_table(title, ["from \\ to"] + [escape(c) for c in part])
+                for src in mesh["nodes"]:
+                    row = mesh["matrix"][src]
+                    table.add_row(escape(src), *[("[green]✓[/green]" if row[d]["ok"] else "[red]✗[/red]")
+                                                 if d in row else "" for d in part])
+                term.table(table)
+        else:
+            for line in views.mesh_lines(mesh, width):
+                term.out.print(line, soft_wrap=True)
 
     versions = doc["versions"]
     if versions["ran"]:
-        vnodes = list(versions["nodes"])
-        table = make_table("versions (differing values in red)", ["" ] + vnodes)
-        for fld in versions["fields"]:
-            differs = fld in versions["differing"]
-            vals = [versions["nodes"][n].get(fld, "") or "-" for n in vnodes]
-            table.add_row(f"[red]{fld}[/red]" if differs else fld,
-                          *[f"[red]{v}[/red]" if differs else v for v in vals])
-        term.table(table)
+        if views.versions_fit(versions, width):
+            vnodes = list(versions["nodes"])
+            table = make_table("versions (differing values in red)", [""] + [escape(n) for n in vnodes])
+            for fld in versions["fields"]:
+                differs = fld in versions["differing"]
+                vals = [escape(versions["nodes"][n].get(fld, "") or "-") for n in vnodes]
+                table.add_row(f"[red]{escape(fld)}[/red]" if differs else escape(fld),
+                              *[f"[red]{v}[/red]" if differs else v for v in vals])
+            term.table(table)
+        else:
+            for line in views.versions_lines(versions, width):
+                term.out.print(line, soft_wrap=True)
 
     smoke = doc["allreduce"]
     if smoke.get("ran"):
         _render_smoke(term, smoke)
 
-    failures = [c for c in doc["checks"] if c["status"] in ("fail", "warn")]
-    for c in failures:
-        colour = "red" if c["status"] == "fail" else "yellow"
-        term.out.print(f"[{colour}]{c['status'].upper()}[/{colour}] {c['node']}: {c['check']}")
-        term.out.print(f"    cause: {c['detail']}", markup=False)
-        if c["fix"]:
-            term.out.print(f"    fix:   {c['fix']}", markup=False)
+    for line in views.failure_lines(doc, width):
+        term.out.print(line, soft_wrap=True)
     s = doc["summary"]
     line = (f"{len(nodes)} node(s), {s['pass']} passed, {s['fail']} failed, {s['warn']} warnings, "
             f"{s['skip']} skipped in {doc['duration_s']} s")
@@ -131,21 +131,39 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
     term.table(table)
     per_node = smoke.get("per_node") or {}
     if per_node:
-        slow = {lk["src"] for lk in smoke.get("slow_links") or []}
-        table = make_table("per node (TCP GB/s: sending to the next node alone, and with every link busy)",
-                           ["node", "out one-way", "out ring", "in ring"])
-        for node, f in per_node.items():
-            mark = "[red]" if node in slow else ""
-            table.add_row(f"{mark}{node}", *[str(f.get(k, "-")) for k in ("out_one_way_gbps", "out_ring_gbps",
-                                                                           "in_ring_gbps")])
+        slow = {lk["src"] for lk in smoke.get("slow_links") or []} | set((smoke.get("isolation") or {}).get("bad") or [])
+        shown = list(per_node)
+        title = "per node (TCP GB/s: sending to the next node alone, and with every link busy)"
+        if len(shown) > views.MAX_SMOKE_ROWS:
+            # many nodes: the slow ones and the slowest few; the rest in the summary line below
+            by_ring = sorted(shown, key=lambda n: per_node[n].get("out_ring_gbps") or 0.0)
+            keep = set(by_ring[:3]) | (slow & set(shown))
+            shown = [n for n in per_node if n in keep]
+            title += f"; the slow and the 3 slowest of {len(per_node)} nodes"
+        table = make_table(title, ["node", "out one-way", "out ring", "in ring"])
+        for node in shown:
+            f = per_node[node]
+            table.add_row(f"[red]{escape(node)}[/red]" if node in slow else escape(node),
+                          *[str(f.get(k, "-")) for k in ("out_one_way_gbps", "out_ring_gbps", "in_ring_gbps")])
         term.table(table)
+        ring = sorted(f["out_ring_gbps"] for f in per_node.values() if f.get("out_ring_gbps") is not None)
+        if len(shown) < len(per_node) and ring:
+            term.out.print(f"out ring over {len(ring)} nodes: min {ring[0]}, median {ring[len(ring) // 2]}, "
+                           f"max {ring[-1]} GB/s", markup=False)
     expected = smoke.get("expected") or {}
     if expected.get("detail"):
         term.out.print(f"expected bandwidth: {expected['detail']}", markup=False)
     iso = smoke.get("isolation") or {}
+    named = set(iso.get("bad") or [])
     for rnd_no, rnd in enumerate(iso.get("rounds") or [], 1):
-        term.out.print(f"bad node search, round {rnd_no}: " + "; ".join(
-            f"{a}+{b} {out}" for (a, b), out in zip(rnd["pairs"], rnd["outcome"])), markup=False)
+        pairs = list(zip(rnd["pairs"], rnd["outcome"]))
+        if len(pairs) > views.FOLD_AT:  # many pairs: the count, and the pairs with a named node or not ok
+            odd = [(p, out) for p, out in pairs if not str(out).startswith("ok") or set(p) & named]
+            text = f"{len(pairs)} pairs, {len(pairs) - len(odd)} without a named node" + "".join(
+                f"; {a}+{b} {out}" for (a, b), out in odd)
+        else:
+            text = "; ".join(f"{a}+{b} {out}" for (a, b), out in pairs)
+        term.out.print(f"bad node search, round {rnd_no}: {text}", markup=False)
     if iso.get("summary"):
         term.out.print(f"bad node search: {iso['summary']}", markup=False)
     base = smoke.get("baseline") or {}
@@ -186,9 +204,19 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="With --local (implied): SLURM's health check. Drain this node when a check fails (reason "
                    "'provision: <check>: <cause>'), resume it when all pass and the drain was ours (docs/slurm.md).")
 @click.option("--node-name", metavar="NAME", help="This node's name [default: $SLURMD_NODENAME, else the short hostname].")
+@click.option("--grid/--no-grid", "grid", default=None,
+              help="The check x node grid: --grid always (in slices of nodes that fit the terminal), --no-grid never "
+                   "[default: when it fits]. The per-node view is always shown.")
+@click.option("--brief", is_flag=True,
+              help="One line per failed or warned check and a summary line (logs: the journal, cron mail).")
+@click.option("--junit", "junit", metavar="FILE", help="Also write the checks as JUnit XML (CI systems).")
+@click.option("--prometheus", "prometheus", metavar="FILE",
+              help="Also write the Prometheus text format for node_exporter's textfile collector (atomically; "
+                   "docs/report.md).")
 def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool, full: bool,
             extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
-            list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None) -> None:
+            list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None, grid: bool | None, brief: bool,
+            junit: str | None, prometheus: str | None) -> None:
     """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
 
     \b
@@ -207,47 +235,126 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
             for name, desc in listed.items():
                 term.info(f"{name:{width}} {desc}")
         return
+    if brief and json_mode:
+        app.usage("--brief and --json: choose one (--brief prints lines for people and logs, --json one document)")
+    outputs = Outputs(app, junit, prometheus)
+    show = Show(grid, brief)
     if local or slurm_drain:
         if inventory or limit or smoke or save_baseline:
             app.usage("--local checks this node only: no --inventory, --limit, --smoke or --save-baseline")
-        _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name)
+        _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name, outputs, show)
     timeout = timeout or 300
-    with app.guard(), Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
+    with app.guard(), outputs.on_error(), Progress(term) as progress:  # on stderr: stdout stays one JSON document
         doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke, full=full,
                           extra_vars=list(extra_vars), timeout=timeout, on_event=progress, baseline=baseline,
                           save_baseline=save_baseline)
-    if json_mode:
-        app.emit_json(doc)
-    else:
-        render(app, doc)
+    outputs.write(doc)
+    show(app, doc)
     app.done(doc["ok"])
 
 
+class Show:
+    """How the document is shown: --json, --brief or the views (with --grid/--no-grid)."""
+
+    def __init__(self, grid: bool | None, brief: bool) -> None:
+        self.grid, self.brief = grid, brief
+
+    def __call__(self, app: Application, doc: dict[str, Any]) -> None:
+        if app.json_mode:
+            app.emit_json(doc)
+        elif self.brief:
+            brief(app, doc)
+        else:
+            render(app, doc, grid=self.grid)
+
+
+class Outputs:
+    """--junit FILE and --prometheus FILE: written atomically after the run, and also when the run
+    could not finish (a timeout, an inventory error): then a not-ok, not-completed record, so that
+    a pass from an earlier run does not stay visible."""
+
+    def __init__(self, app: Application, junit: str | None, prometheus: str | None) -> None:
+        self.app, self.junit, self.prometheus = app, junit, prometheus
+        for path in (junit, prometheus):
+            if path and not Path(path).expanduser().parent.is_dir():
+                app.usage(f"cannot write {path}: directory {Path(path).expanduser().parent} does not exist")
+
+    def write(self, doc: dict[str, Any]) -> None:
+        self._write(export.junit_xml(doc) if self.junit else None, export.prometheus_text(doc) if self.prometheus else None)
+
+    def _write(self, junit_text: str | None, prom_text: str | None) -> None:
+        try:
+            if self.junit and junit_text is not None:
+                export.write_atomic(self.junit, junit_text)
+            if self.prometheus and prom_text is not None:
+                export.write_atomic(self.prometheus, prom_text)
+        except export.OutputError as exc:
+            self.app.usage(str(exc))
+
+    @contextlib.contextmanager
+    def on_error(self):
+        try:
+            yield
+        except Exception as exc:
+            if self.junit or self.prometheus:
+                msg = str(exc) or type(exc).__name__
+                self._write(export.junit_failed_run(msg), export.prometheus_failed_run(msg))
+            raise
+
+
+def brief(app: Application, doc: dict[str, Any]) -> None:
+    """One line per failed or warned check, then the summary line. Under systemd with the output in
+    the journal ($JOURNAL_STREAM), each line carries its syslog priority (<3> fail, <4> warning, <6>
+    summary): `journalctl -p err` shows the failures."""
+    prio = journal_priorities()
+    for c in doc["checks"]:
+        if c["status"] not in ("fail", "warn"):
+            continue
+        line = f"{c['status'].upper()} {c['node']}: {c['check']}: {c['detail']}" + (f" (fix: {c['fix']})" if c["fix"] else "")
+        app.out.print((("<3>" if c["status"] == "fail" else "<4>") if prio else "") + line, markup=False,
+                      highlight=False, soft_wrap=True)
+    s = doc["summary"]
+    app.out.print(("<6>" if prio else "") + f"verify: {'OK' if doc['ok'] else 'FAILED'}: {len(doc['nodes'])} node(s), "
+                  f"{s['pass']} passed, {s['fail']} failed, {s['warn']} warnings, {s['skip']} skipped in "
+                  f"{doc['duration_s']} s", markup=False, highlight=False, soft_wrap=True)
+
+
+def journal_priorities() -> bool:
+    """True when stdout is systemd's journal stream (JOURNAL_STREAM=device:inode of our stdout)."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        dev, ino = (int(x) for x in stream.split(":"))
+        st = os.fstat(sys.stdout.fileno())
+    except (ValueError, OSError, AttributeError, io.UnsupportedOperation):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
 def _local(app: Application, checks: tuple[str, ...], extra_vars: list[str], timeout: float, drain: bool,
-           node_name: str | None) -> None:
+           node_name: str | None, outputs: Outputs, show: Show) -> None:
     """--local: this node's checks; --slurm-drain: and drain/resume it (provision.slurm_health)."""
     from provision import slurm_health
 
     if not drain:
-        with app.guard():
+        with app.guard(), outputs.on_error():
             doc = core.verify_local(slurm_health.node_name(node_name), checks=checks, extra_vars=extra_vars,
                                     timeout=timeout)
-        if app.json_mode:
-            app.emit_json(doc)
-        else:
-            render(app, doc)
+        outputs.write(doc)
+        show(app, doc)
         app.done(doc["ok"])
     slurm_health.health_environment()
     # slurmd stops its health check with SIGTERM at 60 s: exit through Python so that the playbook
     # run is stopped with us (provision.ansible.run_playbook), not left behind
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        with app.guard():
+        with app.guard(), outputs.on_error():
             out = slurm_health.run(lambda node, addr: core.verify_local(node, address=addr, checks=checks,
                                                                         extra_vars=extra_vars, timeout=timeout),
                                    node_name)
     except slurm_health.SlurmError as exc:
         app.abort(f"verify --slurm-drain: {exc}", code=slurm_health.EXIT_ERROR)
+    if out.get("document"):
+        outputs.write(out["document"])
     if app.json_mode:
         app.emit_json(out)
     else:

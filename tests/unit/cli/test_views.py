@@ -1,0 +1,158 @@
+"""The per-node view of `provision verify` (src/provision/views.py) at 8, 32 and 1,000 nodes, 80 and 200
+columns, on synthetic documents (tests/unit/synthetic_verify.py): nothing cut to "…", every failing node
+on its own row with its failing checks intact, the healthy ones folded, the grid only when it fits or is
+asked for; the JSON and the exit code are those of the document."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+from unit.synthetic_verify import recorded, synthetic_document
+
+import helpers  # noqa: F401
+from provision import ansible, views
+from provision.cli import cli
+from provision.commands.verify import render
+from provision.terminal import Terminal
+
+SIZES = (8, 32, 1000)
+WIDTHS = (80, 200)
+
+
+def faults(n: int) -> dict:
+    """Faults spread over the cluster: two nodes down, a small /dev/shm on two, one slow link."""
+    return {"down": (3, n - 1), "shm_small": (2, n // 2 + 1), "slow_link": n // 2 + 2}
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return {n: synthetic_document(n, **faults(n)) for n in SIZES}
+
+
+def rendered(doc: dict, width: int, grid: bool | None = None) -> str:
+    term = Terminal()
+    term.out = Console(file=io.StringIO(), width=width, soft_wrap=True, highlight=False, color_system=None)
+    render(term, doc, grid=grid)
+    return term.out.file.getvalue()
+
+
+def failing_nodes(doc: dict) -> set[str]:
+    return {r["node"] for r in views.node_summaries(doc) if r["state"] in ("down", "fail", "slow")}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("n", SIZES)
+def test_per_node_view_names_every_failing_node_and_cuts_nothing(docs, n, width):
+    doc = docs[n]
+    out = rendered(doc, width)
+    assert "…" not in out and "..." not in out.replace("... and", "")
+    lines = [ln.plain for ln in views.per_node_lines(doc, width)]
+    assert all(len(ln) <= width for ln in lines), [ln for ln in lines if len(ln) > width]
+    bad = failing_nodes(doc)
+    assert len(bad) >= 5
+    rows = {ln.split()[0]: ln for ln in lines[1:] if ln and not ln.startswith(" ")}
+    for node in bad:
+        assert node in rows, node                     # its own row, its name whole
+    summaries = {r["node"]: r for r in views.node_summaries(doc)}
+    text = "\n".join(lines)
+    for node in bad:
+        for check in summaries[node]["failing"]:       # each failing check id whole, on one line
+            assert any(check in ln for ln in lines), (node, check)
+    # the stopped nodes are down with the cause; the slow link's sender is named
+    for i in faults(n)["down"]:
+        assert re.search(rf"^gpu-node-{i:04d}\s+down\s+node reachable", text, re.M)
+    slow = f"gpu-node-{faults(n)['slow_link']:04d}"
+    assert re.search(rf"^{slow}\s+(fail|slow)\s", text, re.M)
+    # the healthy nodes are one folded line (plus its wrapped node list), not a row each
+    ok = [r["node"] for r in summaries.values() if r["state"] == "ok"]
+    if len(ok) > views.FOLD_AT:
+        assert f"{len(ok)} nodes, every check passed" in text
+        assert not any(ln.startswith(ok[0] + " ") for ln in lines)
+    assert len(lines) < 12 * len(bad) + 40
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_1000_nodes_is_a_page_not_a_book(docs, width):
+    out = rendered(docs[1000], width)
+    assert len(out.splitlines()) < 250, len(out.splitlines())
+    assert "checks (* = one cell per peer" not in out          # the grid does not fit: not drawn
+    assert re.search(r"ssh mesh: \d+ of \d+ logins between 998 nodes worked", out)
+    assert "versions (1000 nodes" not in out or "(all)" in out
+
+
+def test_grid_is_drawn_when_it_fits_and_in_slices_when_asked(docs):
+    small = recorded("healthy-2nodes.json") | {"inventory": "x", "limit": None, "duration_s": 1.0}
+    assert "checks (* = one cell per peer, the worst shown)" in rendered(small, 80)
+    assert "checks (* = one cell" not in rendered(small, 80, grid=False)
+    out = rendered(docs[32], 80, grid=True)
+    assert "…" not in out
+    titles = re.findall(r"nodes (\d+)-(\d+) of 32", out)
+    assert len(titles) > 1 and titles[0][0] == "1" and titles[-1][1] == "32"
+    for i in range(1, 33):                                # every node a column header, whole
+        assert f"gpu-node-{i:04d}" in out
+    assert "checks (* = one cell" not in rendered(docs[32], 80)
+    assert "checks (* = one cell per peer, the worst shown)" in rendered(docs[8], 200)
+
+
+def test_hostlist_wrapping_never_splits_a_name():
+    names = [f"gpu-node-{i:04d}" for i in range(1, 1001) if i % 7]
+    for width in (20, 37, 80):
+        parts = views._pack_joined(views.hostlist_tokens(names), width)
+        joined = "".join(parts)
+        assert joined == views.hostlist(names)
+        assert all(len(p) <= width for p in parts)
+        assert all(not re.search(r"\d$", p) or p.endswith(("]", ",")) or p == parts[-1] for p in parts)
+
+
+def test_failures_of_one_kind_on_many_nodes_are_told_once(docs):
+    doc = synthetic_document(40, shm_small=tuple(range(1, 41)), smoke=False)
+    groups = [g for g in views.failure_groups(doc) if g["check"] == "shm"]
+    assert len(groups) == 1 and len(groups[0]["nodes"]) == 40
+    out = rendered(doc, 120)
+    assert "FAIL shm on 40 nodes: gpu-node-[0001-0040]" in out
+    assert out.count("cause: /dev/shm is 64 MiB") == 1
+
+
+def fake_run(report):
+    def run(argv, env, *, timeout=300, on_event=None, events=False):
+        return ansible.Run(rc=0, stdout="", stderr="", duration_s=0.5, report=report)
+    return run
+
+
+def test_cli_same_json_and_exit_code_at_scale(monkeypatch, tmp_path, docs):
+    report = {k: v for k, v in docs[32].items() if k not in ("inventory", "limit", "duration_s")}
+    monkeypatch.setattr(ansible, "run_playbook", fake_run(report))
+    as_json = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--json"])
+    assert as_json.exit_code == 1
+    doc = json.loads(as_json.stdout)
+    assert doc["checks"] == docs[32]["checks"] and doc["allreduce"] == docs[32]["allreduce"]
+    human = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path)], env={"COLUMNS": "120"})
+    assert human.exit_code == 1 and "…" not in human.stdout
+    assert "gpu-node-0003  down" in human.stdout and "verify: FAILED: 32 node(s)" in human.stdout
+    grid = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--grid"], env={"COLUMNS": "120"})
+    assert grid.exit_code == 1 and "nodes 1-" in grid.stdout
+
+
+@pytest.mark.parametrize("name, bad", [("smoke-3nodes-slow-link.json", {"node2", "node3"}),
+                                       ("smoke-3nodes-node2-stopped.json", {"node1", "node2"})])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_recorded_lab_runs(name, bad, width):
+    """The recorded 3-node lab runs (a link limited to a tenth; node2 stopped): the nodes the faults
+    touched are rows with their checks, nothing is cut."""
+    doc = recorded(name)
+    out = rendered(doc, width)
+    assert "…" not in out
+    rows = {r["node"]: r for r in views.node_summaries(doc)}
+    assert {n for n, r in rows.items() if r["state"] != "ok"} == bad
+    for node in bad:
+        assert re.search(rf"^{node}\s+(fail|down|slow)\s", out, re.M), node
+    if "stopped" in name:
+        assert rows["node2"]["state"] == "down" and rows["node2"]["cause"].startswith("node2 does not answer at")
+    else:
+        assert "link node3->node1 baseline" in rows["node3"]["failing"]
+        assert "slow link node3->node1" in rows["node3"]["failing"]
