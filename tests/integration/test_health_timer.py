@@ -17,14 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, lab_name, node_exec, run_playbook
+import bounds
+from helpers import REPO, cannot_run, lab_name, node_exec, run_playbook
 
 pytestmark = pytest.mark.lab
 
 INTERVAL = 30
 # one run of verify --local may take this long on the shared 2-core machine (45 s slurmd's limit is
 # not ours here); the fault must show within one interval plus one run
-RUN_TIMEOUT = 150
+RUN_TIMEOUT = int(bounds.scaled(150))
 WAIT_S = INTERVAL + 2 * RUN_TIMEOUT
 PROM = "/var/lib/prometheus/node-exporter/provision.prom"
 CHECK = "port 29500 free"
@@ -38,12 +39,12 @@ def _wheels(tmp: Path) -> Path:
     out = tmp / "health-wheels"
     out.mkdir()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)], check=True,
-                   capture_output=True, timeout=600)
+                   capture_output=True, timeout=bounds.DOWNLOAD)
     own = next(out.glob("provision-*.whl"))
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(out), str(own)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=bounds.DOWNLOAD)
     if proc.returncode != 0:
-        pytest.skip(f"cannot make provision's wheelhouse: {proc.stderr[-300:]}")
+        cannot_run(f"cannot make provision's wheelhouse: {proc.stderr[-300:]}")
     return out
 
 
@@ -81,7 +82,7 @@ def timer_lab(lab_factory, tmp_path_factory):
 
 
 def role(lab, enabled: bool):
-    return run_playbook("playbooks/health_timer.yml", lab_name=lab.name, timeout=1500, extra_vars={
+    return run_playbook("playbooks/health_timer.yml", lab_name=lab.name, timeout=bounds.STAGES, extra_vars={
         "health_timer_enabled": enabled, "health_timer_interval": INTERVAL, "health_timer_first_delay": 5,
         "health_timer_timeout": RUN_TIMEOUT, "health_timer_wheelhouse": str(lab.wheels),
         "health_timer_checks": ["ports"]})
