@@ -19,6 +19,7 @@ Plain Python, no Ansible import.
 from __future__ import annotations
 
 import ipaddress
+import re
 
 DEFAULT_SSH_PORT = 2222
 DEFAULT_MASTER_PORT = 29500
@@ -33,6 +34,54 @@ DEFAULTS = {
     "cluster_master_port": DEFAULT_MASTER_PORT,
     "cluster_master": "",
 }
+
+
+# ---------------------------------------------------------------- names and addresses
+# Every name and address of the inventory ends up in files and commands on the nodes (~/.ssh/config,
+# known_hosts, /etc/hosts, hostfiles, a shell task's --bind): each is checked here first.
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(r"^%s(?:\.%s)*\.?$" % (_LABEL, _LABEL))
+# a POSIX user name as useradd accepts it (letters, digits, '_', '-', '.'; not starting with '-')
+_USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+
+
+def shown(text):
+    """text for a one-line message: as it is when printable, else its repr (a newline stays one line)."""
+    text = str(text)
+    return text if text.isprintable() and text.strip() == text and text else repr(text)
+
+
+def is_ip(text):
+    try:
+        ipaddress.ip_address(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+def is_host_name(text):
+    """An RFC 1123 host name: dot-separated labels of letters, digits and inner '-', each at most 63
+    characters, at most 253 in all (a trailing dot allowed)."""
+    text = str(text)
+    return len(text.rstrip(".")) <= 253 and bool(_HOST_NAME.match(text))
+
+
+def address_problem(text):
+    """None when text is an IP address or a host name, else why not (one phrase)."""
+    text = str(text)
+    if is_ip(text) or is_host_name(text):
+        return None
+    if text.startswith("[") and text.endswith("]") and is_ip(text[1:-1]):
+        return "%s is an address in brackets: write it without them" % text
+    return "%s is neither an IP address nor an RFC 1123 host name (letters, digits, '-' and '.')" % shown(text)
+
+
+def user_problem(text):
+    """None when text is a user name useradd accepts, else why not."""
+    if _USER_NAME.match(str(text)):
+        return None
+    return ("%s is not a user name (letters, digits, '_', '-' and '.', at most 32, not starting with a digit, "
+            "'-' or '.')" % shown(text))
 
 
 def node_address(hostvars, name):
@@ -84,12 +133,13 @@ def normalize_hosts(hosts):
     return out
 
 
-def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
+def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None, master_addr=None, user=None):
     """Return (problems, plan).
 
     hosts: list of dicts in inventory order: name, address, ssh_port, master_port.
     master: the inventory name chosen as master (None/"" = first host).
     stages: the stages this run will execute (None = all known).
+    master_addr, user: cluster_master_addr and cluster_user when set (checked as an address and a user name).
     plan: {"nodes": [{name, address, rank}], "master", "master_addr", "master_port", "ssh_port"}.
     """
     problems = []
@@ -101,6 +151,14 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
     seen_names = {}
     seen_addrs = {}
     for node in nodes:
+        if address_problem(node["name"]):
+            problems.append(f"{shown(node['name'])}: the inventory name is not an RFC 1123 host name (letters, "
+                            "digits, '-' and '.'): it goes into ~/.ssh/config, /etc/hosts and the hostfiles; fix: "
+                            "rename the host in the inventory")
+        why = address_problem(node["address"])
+        if why:
+            problems.append(f"{shown(node['name'])}: cluster address {why}; fix: set cluster_address (or "
+                            "ansible_host) to the node's IP address or host name")
         key = node["name"].lower()
         if key in seen_names:
             problems.append(f"{node['name']}: name duplicates {seen_names[key]} (names differ only in case); "
@@ -138,6 +196,12 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
                         f"({', '.join(map(str, sorted(master_ports)))}); fix: set it once in group_vars")
 
     names = [n["name"] for n in nodes]
+    if master_addr not in (None, "") and address_problem(master_addr):
+        problems.append(f"cluster: cluster_master_addr {address_problem(master_addr)}; fix: set it to the "
+                        "rendezvous IP address or host name")
+    if user not in (None, "") and user_problem(user):
+        problems.append(f"cluster: cluster_user {user_problem(user)}; fix: set cluster_user to the training "
+                        "user's login name")
     if master in (None, ""):
         master = names[0]
     elif master not in names:
@@ -198,7 +262,7 @@ def plan_from_hostvars(hostvars, hosts, master="", master_port=None, user=None, 
     problems, plan = validate_inventory(
         rows, master=master or None,
         stages=running_stages(stages, run_tags, skip_tags) if stages is not None else None,
-        stage_min_nodes=stage_min_nodes)
+        stage_min_nodes=stage_min_nodes, master_addr=master_addr, user=user)
     if plan:
         if master_addr:
             plan["master_addr"] = str(master_addr)
