@@ -63,6 +63,7 @@ lab_name: provlab
 
 import json
 import os
+import re
 import socket
 import subprocess
 
@@ -79,6 +80,9 @@ LABEL_FLAVOUR = "provision.lab.flavour"
 LABEL_RECIPE = "provision.recipe"
 LABEL_ROLE = "provision.lab.role"
 LABEL_MIRROR_URL = "provision.lab.mirror_url"
+# the lab name rule of `provision lab` (src/provision/lab/_base.py NAME_RULE; a test keeps them equal):
+# the name becomes a directory under ~/.cache/provision/labs/
+NAME_RULE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
 
 def _port_open(addr, port, timeout=0.3):
@@ -108,6 +112,9 @@ class InventoryModule(BaseInventoryPlugin):
         super().parse(inventory, loader, path, cache)
         self._read_config_data(path)
         name = self.get_option("lab_name")
+        if not re.match(NAME_RULE, str(name)):
+            raise AnsibleParserError("lab inventory: %r is not a lab name (letters, digits, '_', '.' and '-', starting "
+                                     "with a letter or digit, at most 63); fix: PROVISION_LAB_NAME or lab_name" % (name,))
         mode = self.get_option("connection")
         port = int(self.get_option("ssh_port"))
         state_dir = self.get_option("state_dir") or os.path.join(
