@@ -25,6 +25,7 @@ description:
     (true for bare nodes, which have python3 and apt only, plus openssh-server on systemd nodes).
   - When the lab serves a package mirror (C(provision lab up --bare) or C(--mirror)), every host
     has C(cluster_package_mirror), its base URL (C(http://10.89.K.2:8080)), and
+    C(cluster_package_mirror_insecure) true (unsigned, on the lab's own internal network), and
     C(cluster_package_mirror_layout) C(flat), meaning one flat repository per release at
     C(<base>/<codename>/), for the apt line C(deb [trusted=yes] <base>/<codename> ./).
   - When the lab runs SLURM (C(provision lab up --slurm)), every host has C(lab_slurm_controller)
@@ -176,6 +177,8 @@ class InventoryModule(BaseInventoryPlugin):
             if mirror_url:
                 setv(host, "cluster_package_mirror", mirror_url)
                 setv(host, "cluster_package_mirror_layout", "flat")
+                # unsigned, on the lab's own internal network: trusted on purpose (preflight says so)
+                setv(host, "cluster_package_mirror_insecure", True)
             state = str(c.get("State") or "unknown").lower()
             setv(host, "lab_state", state)
             down = state not in ("running", "paused")

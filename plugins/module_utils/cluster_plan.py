@@ -84,6 +84,43 @@ def user_problem(text):
             "'-' or '.')" % shown(text))
 
 
+_MIRROR_URL = re.compile(r"^(https?|file)://[^\s\[\]\"'#;]+$")
+
+
+def _truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def mirror_trust(hostvars, hosts):
+    """(problems, warnings) of cluster_package_mirror (issue 31): a mirror apt trusts must be signed
+    (packages_mirror_keyring) or said to be insecure on purpose (cluster_package_mirror_insecure: true,
+    e.g. the lab's, on its own internal network); an unsigned one is a warning, one that is neither
+    a problem, and so is a URL that would not be one word in a sources.list line."""
+    problems, warnings = [], []
+    for name in hosts or []:
+        hv = hostvars[name]
+        url = str(hv.get("cluster_package_mirror") or "")
+        if not url:
+            continue
+        if not _MIRROR_URL.match(url):
+            problems.append(f"{shown(name)}: cluster_package_mirror {shown(url)} is not an http(s):// or file:// URL "
+                            "without spaces or quotes; fix: set it to the mirror's base URL")
+        elif hv.get("packages_mirror_keyring"):
+            continue
+        elif _truthy(hv.get("cluster_package_mirror_insecure", False)):
+            warnings.append(f"{shown(name)}: the package mirror {url} is trusted unsigned "
+                            "(cluster_package_mirror_insecure: true): apt installs whatever it (or anyone between it "
+                            "and the node) serves, as root; fix: packages_mirror_keyring for a mirror outside a "
+                            "network you control")
+        else:
+            problems.append(f"{shown(name)}: the package mirror {url} has no packages_mirror_keyring: apt would install "
+                            "unsigned packages from it as root; fix: set packages_mirror_keyring to the keyring that "
+                            "signs its Release file, or cluster_package_mirror_insecure: true for a mirror on a network "
+                            "you control")
+    n = len(hosts or [])
+    return merge_same_problem(problems, n), merge_same_problem(warnings, n)
+
+
 def node_address(hostvars, name):
     """Where the other nodes reach a node: cluster_address, else ansible_host, else its name."""
     return str(hostvars.get("cluster_address") or hostvars.get("ansible_host") or name)
@@ -244,7 +281,7 @@ def running_stages(stages, run_tags, skip_tags):
 
 def plan_from_hostvars(hostvars, hosts, master="", master_port=None, user=None, group=None, stages=None,
                        run_tags=None, skip_tags=None, stage_min_nodes=None, master_addr=None):
-    """-> {"problems": [...], "plan": {...}} for the hosts of the cluster group (inventory order).
+    """-> {"problems": [...], "plan": {...}, "warnings": [...]} for the hosts of the cluster group (inventory order).
 
     hostvars: name -> that host's variables (a mapping: Ansible's hostvars, or plain dicts in tests).
     master_addr: cluster_master_addr when the inventory sets it (the rendezvous address every rank
@@ -263,12 +300,14 @@ def plan_from_hostvars(hostvars, hosts, master="", master_port=None, user=None, 
         rows, master=master or None,
         stages=running_stages(stages, run_tags, skip_tags) if stages is not None else None,
         stage_min_nodes=stage_min_nodes, master_addr=master_addr, user=user)
+    mirror_problems, warnings = mirror_trust(hostvars, hosts)
+    problems += mirror_problems
     if plan:
         if master_addr:
             plan["master_addr"] = str(master_addr)
         plan["user"] = str(user or DEFAULTS["cluster_user"])
         plan["group"] = str(group or DEFAULTS["cluster_group"])
-    return {"problems": problems, "plan": plan}
+    return {"problems": problems, "plan": plan, "warnings": warnings}
 
 
 def merge_same_problem(problems, node_count):

@@ -179,3 +179,22 @@ def test_an_inventory_name_a_master_address_or_a_user_that_is_not_one_is_refused
     assert problems[3].startswith("cluster: cluster_user x;reboot is not a user name") and "fix:" in problems[3]
     hostvars = {"a": {"ansible_host": "10.0.0.1"}}
     assert plan_from_hostvars(hostvars, ["a"], user="$(id)")["problems"][0].startswith("cluster: cluster_user $(id)")
+
+
+def test_a_package_mirror_needs_a_keyring_or_an_explicit_insecure_flag_that_is_warned_about():
+    """issue 31 item 5: a mirror outside the lab defaulted to [trusted=yes] over plain HTTP."""
+    base = {"ansible_host": "10.0.0.1", "cluster_package_mirror": "http://10.0.0.5/debian"}
+    unsigned = plan_from_hostvars({"a": dict(base), "b": dict(base, ansible_host="10.0.0.2")}, ["a", "b"])
+    assert unsigned["problems"] == [
+        "cluster (all 2 nodes): the package mirror http://10.0.0.5/debian has no packages_mirror_keyring: apt would "
+        "install unsigned packages from it as root; fix: set packages_mirror_keyring to the keyring that signs its "
+        "Release file, or cluster_package_mirror_insecure: true for a mirror on a network you control"]
+    signed = plan_from_hostvars({"a": dict(base, packages_mirror_keyring="files/m.gpg")}, ["a"], stages=["packages"])
+    assert signed["problems"] == [] and signed["warnings"] == []
+    insecure = plan_from_hostvars({"a": dict(base, cluster_package_mirror_insecure=True)}, ["a"], stages=["packages"])
+    assert insecure["problems"] == [] and insecure["warnings"][0].startswith(
+        "a: the package mirror http://10.0.0.5/debian is trusted unsigned (cluster_package_mirror_insecure: true)")
+    bad = plan_from_hostvars({"a": dict(base, cluster_package_mirror="http://x/ ./\ndeb [trusted=yes] http://evil")},
+                             ["a"], stages=["packages"])
+    assert bad["problems"][0].startswith("a: cluster_package_mirror 'http://x/ ./\\ndeb [trusted=yes] http://evil' is not")
+    assert plan_from_hostvars({"a": {"ansible_host": "10.0.0.1"}}, ["a"])["warnings"] == []
