@@ -66,6 +66,12 @@ def is_host_name(text):
     return len(text.rstrip(".")) <= 253 and bool(_HOST_NAME.match(text))
 
 
+def url_host(address):
+    """An address or host name as the host part of a URL: an IPv6 address in brackets (RFC 3986)."""
+    text = str(address)
+    return "[%s]" % text if ":" in text and not text.startswith("[") else text
+
+
 def address_problem(text):
     """None when text is an IP address or a host name, else why not (one phrase)."""
     text = str(text)
