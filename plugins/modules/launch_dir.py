@@ -98,6 +98,16 @@ def _missing_dirs(path):
     return missing
 
 
+def _link_on_the_way(path):
+    """(link, target) of the first symbolic link among path and the directories above it, or None."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        here = os.sep.join(parts[:i])
+        if os.path.islink(here):
+            return here, os.readlink(here)
+    return None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -130,8 +140,11 @@ def main():
     except UnsafeFile as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
-        module.fail_json(msg="launch_dir: %s: %s (%s); fix: make %s a directory %s can write (no link on the way)"
-                         % (path, exc.strerror or exc, exc.filename or path, path, pw.pw_name))
+        link = _link_on_the_way(path)
+        where = " (%s is a symbolic link to %s)" % link if link else ""
+        module.fail_json(msg="launch_dir: cannot write %s: %s%s; fix: make %s a directory %s can write%s"
+                         % (path, exc.strerror or exc, where, path, pw.pw_name,
+                            ", with no link on the way (the link's target is left alone)" if link else ""))
     if module.params["path_fact"]:
         result["ansible_facts"] = {module.params["path_fact"]: path}
     module.exit_json(**result)

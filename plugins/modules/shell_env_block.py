@@ -179,8 +179,13 @@ def main():
     try:
         result = manage(module, p, w, bashrc, ds_path)
     except UnsafeFile as exc:
-        module.fail_json(msg="".join("%s is a symbolic link to %s: " % (x, real) for x, real in links
-                                     if real in str(exc)) + str(exc))
+        via = [(x, real) for x, real in links if real in str(exc)]
+        if via:  # the user's link points where the user cannot write: the fix is the link, not the target
+            x, real = via[0]
+            module.fail_json(msg="%s is a symbolic link to %s: %s; fix: make %s a regular file of %s's (or a link to "
+                                 "a file %s can write); the link's target is left alone"
+                                 % (x, real, str(exc).split("; fix: ")[0], x, p["user"], p["user"]))
+        module.fail_json(msg=str(exc))
     if p["check_ssh_host"] and p["state"] == "present" and not (module.check_mode and result["changed"]):
         # what a non-interactive `ssh node` gets now (the shell_env_check module's check, same code)
         result["env_check"] = C.check_env(p["user"], p["bashrc"], p["check_ssh_host"], p["check_timeout"],

@@ -267,7 +267,8 @@ def test_run_as_the_user_a_dangling_link_into_a_system_directory_fails_in_one_li
     before = scratch_user.system_state()
     res = as_the_user(scratch_user, lambda: shell_env(scratch_user))
     assert res.get("failed") and "\n" not in res["msg"], res
-    assert res["msg"].startswith(f"{link} is a symbolic link to {profile_d}/x.sh: cannot write") and "fix:" in res["msg"]
+    assert res["msg"].startswith(f"{link} is a symbolic link to {profile_d}/x.sh: cannot write {profile_d}/x.sh: "
+                                 f"Permission denied; fix: make {link} a regular file of trainer's")
     assert scratch_user.system_state() == before and not (profile_d / "x.sh").exists()
     # and a link to a file of the user's own is followed: the user's dotfiles repository keeps its file
     link.unlink()
@@ -291,3 +292,14 @@ def test_run_as_the_user_a_config_link_to_the_shadow_file_fails_in_one_line(scra
     assert res.get("failed") and "\n" not in res["msg"], res
     assert res["msg"].startswith(f"cannot read {link}: Permission denied (it is a symbolic link to {scratch_user.secret})")
     assert secret_leaked(scratch_user) is None
+
+
+def test_run_as_the_user_a_provision_link_to_a_system_directory_fails_in_one_line(scratch_user, monkeypatch):
+    scratch_user.patch(monkeypatch)
+    link = scratch_user.plant(".provision", scratch_user.etc)
+    before = scratch_user.system_state()
+    res = as_the_user(scratch_user, lambda: launch(scratch_user, scratch_user.home / ".provision" / "launch"))
+    assert res.get("failed") and "\n" not in res["msg"], res
+    assert res["msg"].startswith(f"launch_dir: cannot write {link}/launch: Permission denied ({link} is a symbolic "
+                                 f"link to {scratch_user.etc}); fix:"), res["msg"]
+    assert scratch_user.system_state() == before
