@@ -16,7 +16,7 @@ description:
     directory and starts it detached, in its own session, through C(bash -c) with the user's
     C(~/.bashrc) sourced in a clean environment, which is what a non-interactive ssh shell
     (and so a launcher) sees. Returns at once; run it on every node in one task.
-  - The run is the cluster user's (O(user)): the module runs as that user (the role uses
+  - The run is the cluster user's (O(user)). The module runs as that user (the role uses
     C(become_user)), so the workers get that user's C(~/.bashrc), never root's, and root runs nothing
     from the environment. Run as root for another O(user), C(started) refuses in one line.
   - C(state=finished) waits for that run with a bounded timeout, kills the whole process group

@@ -13,10 +13,10 @@ description:
     C(pip install --no-index --find-links O(find_links)) only for the pins that are not met.
     A re-run with everything in place runs no pip at all.
   - With O(create=false), O(path) is an existing environment (a conda env) that only gets the pins.
-  - The environment is root's (O(owner) root, the default): root runs it (pip, the versions probe,
+  - The environment is root's (O(owner) root, the default). Root runs it (pip, the versions probe,
     the health check), so nothing in it may be writable by another user. An existing environment that
     another user could have written (owned by another uid, or writable by group or others, e.g. made
-    by an earlier version for the cluster user) is never run: it is renamed aside, removed without
+    by an earlier version for the cluster user) is never run; it is renamed aside, removed without
     following a link, and made again as root's from the wheelhouse, with a warning naming the
     distributions it held beyond the pins. A directory above it that another user could write is
     refused in one line. The cluster user reads and runs the environment; it installs its own

@@ -19,7 +19,7 @@ description:
     their content changes. A file whose block markers do not pair (a BEGIN without its END) is refused,
     naming the file and the line, and left as it is.
   - Run as O(user) (the shell_env role uses C(become_user)), a symlinked dotfile is followed with the
-    user's own rights. Run as root for another user, nothing in that home is followed or resolved: the
+    user's own rights. Run as root for another user, nothing in that home is followed or resolved; the
     files are reached through the home's directory fds (C(O_NOFOLLOW)), a link is refused in one line
     naming the file and the fix, and new files are given to the user through their fd.
   - Also keeps C(~/.deepspeed_env) (C(NAME=value) lines, which DeepSpeed's runner exports to every
