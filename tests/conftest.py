@@ -130,3 +130,73 @@ def four_node_lab(lab_factory):
     """A 4-node lab on which site.yml ran green: the bad-node tests (issue 21) and the lifecycle
     tests (issue 24) share it; each test restores what it changed before it ends."""
     return _converged(lab_factory, "four", 4, bounds.SITE_FRESH_4)
+
+
+class ScratchUser:
+    """A training user for unit tests of root working in another user's home: uid/gid 65534 (the
+    uid of `nobody`, which every Linux has: ssh-keygen refuses to run for a uid without a passwd
+    entry), called `trainer` here, home `<base>/home/trainer` owned by it, beside `<base>/etc`, root's files standing in for
+    /etc (a secret 0600 file, a directory). ``base`` is a fresh directory under /tmp that every user
+    can traverse, so a child process switched to that uid reaches the home. ``patch(monkeypatch)``
+    makes pwd answer for `trainer` with that uid and home (no user is added to this machine's /etc/passwd)."""
+
+    UID = GID = 65534
+    NAME = "trainer"
+
+    def __init__(self, base: Path):
+        import pwd
+
+        self.base = base
+        self.home = base / "home" / self.NAME
+        self.etc = base / "etc"
+        self.home.mkdir(parents=True)
+        os.chown(self.home, self.UID, self.GID)
+        self.etc.mkdir()
+        self.secret = self.etc / "shadow"
+        self.secret.write_text("root:$6$SECRET-HASH:19000:0:99999:7:::\n")
+        os.chmod(self.secret, 0o600)
+        self.pw = pwd.struct_passwd((self.NAME, "x", self.UID, self.GID, "", str(self.home), "/bin/bash"))
+
+    def plant(self, rel: str, target: str | Path) -> Path:
+        """A symbolic link at home/rel to target, made (and owned) by the user, as the user would."""
+        path = self.home / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chown(path.parent, self.UID, self.GID)
+        path.symlink_to(target)
+        os.lchown(path, self.UID, self.GID)
+        return path
+
+    def give(self, *paths: Path) -> None:
+        for p in paths:
+            os.lchown(p, self.UID, self.GID)
+
+    def patch(self, monkeypatch) -> None:
+        import pwd
+
+        real_nam, real_uid = pwd.getpwnam, pwd.getpwuid
+        monkeypatch.setattr(pwd, "getpwnam", lambda n: self.pw if n == self.NAME else real_nam(n))
+        monkeypatch.setattr(pwd, "getpwuid", lambda u: self.pw if u == self.UID else real_uid(u))
+
+    def system_state(self) -> dict:
+        """owner, mode and content of everything under etc/ (what must not change)."""
+        out = {}
+        for p in sorted(self.etc.rglob("*")) + [self.etc]:
+            st = p.lstat()
+            out[str(p)] = (st.st_uid, st.st_gid, st.st_mode, p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+        return out
+
+
+@pytest.fixture
+def scratch_user():
+    """ScratchUser (needs root: the home is given to another uid)."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("a home of another uid needs root")
+    base = Path(tempfile.mkdtemp(prefix="provision-trust-", dir="/tmp"))
+    os.chmod(base, 0o711)
+    try:
+        yield ScratchUser(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

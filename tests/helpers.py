@@ -63,7 +63,13 @@ def run_module(name: str, args: dict, env: dict[str, str] | None = None) -> dict
     import locale
     from unittest import mock
 
+    from ansible.module_utils.common import warnings as module_warnings
+
     module = importlib.import_module(f"ansible_collections.provision.cluster.plugins.modules.{name}")
+    # a module process starts with no warnings: earlier runs in this process must not hide or add any
+    # (ansible-core keeps them in module-level collections, and 2.19 shows a repeated one once)
+    module_warnings._global_warnings.clear()
+    module_warnings._global_deprecations.clear()
     out = io.StringIO()
     saved = locale.setlocale(locale.LC_ALL)  # AnsibleModule sets the locale from the environment
     with mock.patch.dict(os.environ, env or {}, clear=env is not None), patch_module_args(args), \

@@ -92,11 +92,7 @@ class ActionModule(ActionBase):
                 out["saved"] = False
                 out["not_saved"] = "the run failed: a failing run is no baseline"
             else:
-                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-                tmp = "%s.%d.tmp" % (path, os.getpid())
-                with open(tmp, "w", encoding="utf-8") as fh:
-                    json.dump(B.make(result, old=old), fh, indent=1, sort_keys=True)
-                os.replace(tmp, path)
+                B.save(path, B.make(result, old=old))
                 out["saved"] = True
         return out
 

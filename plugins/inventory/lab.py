@@ -25,6 +25,7 @@ description:
     (true for bare nodes, which have python3 and apt only, plus openssh-server on systemd nodes).
   - When the lab serves a package mirror (C(provision lab up --bare) or C(--mirror)), every host
     has C(cluster_package_mirror), its base URL (C(http://10.89.K.2:8080)), and
+    C(cluster_package_mirror_insecure) true (unsigned, on the lab's own internal network), and
     C(cluster_package_mirror_layout) C(flat), meaning one flat repository per release at
     C(<base>/<codename>/), for the apt line C(deb [trusted=yes] <base>/<codename> ./).
   - When the lab runs SLURM (C(provision lab up --slurm)), every host has C(lab_slurm_controller)
@@ -70,6 +71,7 @@ lab_name: provlab
 
 import json
 import os
+import re
 import socket
 import subprocess
 
@@ -86,6 +88,9 @@ LABEL_FLAVOUR = "provision.lab.flavour"
 LABEL_RECIPE = "provision.recipe"
 LABEL_ROLE = "provision.lab.role"
 LABEL_MIRROR_URL = "provision.lab.mirror_url"
+# the lab name rule of `provision lab` (src/provision/lab/_base.py NAME_RULE; a test keeps them equal):
+# the name becomes a directory under ~/.cache/provision/labs/
+NAME_RULE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
 
 def _port_open(addr, port, timeout=0.3):
@@ -142,6 +147,9 @@ class InventoryModule(BaseInventoryPlugin):
         super().parse(inventory, loader, path, cache)
         self._read_config_data(path)
         name = self.get_option("lab_name")
+        if not re.match(NAME_RULE, str(name)):
+            raise AnsibleParserError("lab inventory: %r is not a lab name (letters, digits, '_', '.' and '-', starting "
+                                     "with a letter or digit, at most 63); fix: PROVISION_LAB_NAME or lab_name" % (name,))
         mode = self.get_option("connection")
         port = int(self.get_option("ssh_port"))
         state_dir = self.get_option("state_dir") or os.path.join(
@@ -209,6 +217,8 @@ class InventoryModule(BaseInventoryPlugin):
             if mirror_url:
                 setv(host, "cluster_package_mirror", mirror_url)
                 setv(host, "cluster_package_mirror_layout", "flat")
+                # unsigned, on the lab's own internal network: trusted on purpose (preflight says so)
+                setv(host, "cluster_package_mirror_insecure", True)
             state = str(c.get("State") or "unknown").lower()
             setv(host, "lab_state", state)
             down = state not in ("running", "paused")

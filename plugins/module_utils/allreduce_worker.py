@@ -58,8 +58,25 @@ def one_line(exc):
     return f"{type(exc).__name__}: {text}"[:400]
 
 
-def interface_of(address):
-    """Name of the local interface that holds IPv4 `address` (SIOCGIFADDR per interface), or None."""
+def interface_of(address, proc_net="/proc/net/if_inet6"):
+    """Name of the local interface that holds `address` (IPv4: SIOCGIFADDR per interface; IPv6: the
+    kernel's /proc/net/if_inet6), or None."""
+    import ipaddress
+
+    try:
+        want = ipaddress.ip_address(str(address).split("%", 1)[0])
+    except ValueError:
+        return None
+    if want.version == 6:
+        try:
+            with open(proc_net, encoding="ascii") as fh:
+                for line in fh:
+                    fields = line.split()
+                    if len(fields) >= 6 and ipaddress.IPv6Address(bytes.fromhex(fields[0])) == want:
+                        return fields[5]
+        except (OSError, ValueError):
+            return None
+        return None
     import fcntl
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -68,9 +85,64 @@ def interface_of(address):
                 raw = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
             except OSError:
                 continue
-            if socket.inet_ntoa(raw[20:24]) == address:
+            if socket.inet_ntoa(raw[20:24]) == str(want):
                 return name
     return None
+
+
+def _bind(address, port=0):
+    """A TCP socket bound to address:port (any family; address None: every interface), SO_REUSEADDR."""
+    family, _unused, _unused2, _unused3, sockaddr = socket.getaddrinfo(
+        address or None, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(sockaddr)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def store_socket(addresses, port):
+    """The master's listening socket for the TCPStore, bound to the first of ADDRESSES this node holds
+    (cluster_master_addr, then its own cluster address) instead of every interface: the store has no
+    authentication, and whoever reaches it can join or disturb the run. -> (socket, address).
+    A port in use raises at once (EADDRINUSE: the report names the holder)."""
+    last = None
+    for address in [a for a in addresses if a]:
+        try:
+            sock = _bind(address, port)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise
+            last = exc  # not an address of this node (a VIP elsewhere): the next one
+            continue
+        sock.listen(1024)
+        return sock, address
+    raise OSError(errno.EADDRNOTAVAIL, "cannot bind the rendezvous store to %s on this node: %s"
+                  % (" or ".join(a for a in addresses if a), last))
+
+
+def peer_matches(got, expected):
+    """Is the connecting address GOT (from accept) the peer's cluster address EXPECTED (an address or a
+    name, resolved here)? None/empty EXPECTED: anyone (a config without addresses)."""
+    import ipaddress
+
+    if not expected:
+        return True
+    try:
+        seen = ipaddress.ip_address(str(got).split("%", 1)[0])
+    except ValueError:
+        return False
+    if seen.version == 6 and seen.ipv4_mapped:
+        seen = seen.ipv4_mapped
+    try:
+        wanted = {ipaddress.ip_address(info[4][0].split("%", 1)[0])
+                  for info in socket.getaddrinfo(expected, None, 0, socket.SOCK_STREAM)}
+    except (OSError, ValueError):
+        return False
+    return seen in {w.ipv4_mapped if w.version == 6 and w.ipv4_mapped else w for w in wanted}
 
 
 def reach(host, port, timeout=3.0):
@@ -234,21 +306,28 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
     write_json(out_path, res)
     t0 = time.monotonic()
     handler = None
+    server = None  # the master's store server, bound to the cluster address (kept alive for the run)
     if cfg.get("rendezvous", "static") == "c10d":
         from torch.distributed.elastic.rendezvous import RendezvousParameters
         from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
         params = RendezvousParameters(
-            backend="c10d", endpoint=f"{addr}:{port}", run_id=cfg["run_id"], min_nodes=world,
+            backend="c10d", endpoint=f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}", run_id=cfg["run_id"],
+            min_nodes=world,
             max_nodes=world, local_addr=cfg.get("address"), join_timeout=str(int(rdzv_timeout.total_seconds())),
-            read_timeout=str(int(rdzv_timeout.total_seconds())), is_host=str(res["is_master"]).lower(),
-            last_call_timeout="1")
+            read_timeout=str(int(rdzv_timeout.total_seconds())), is_host="false", last_call_timeout="1")
+        if res["is_master"]:
+            # the store server is ours, bound to the cluster address; every rank (this one too) joins it as a client
+            server = _store_server(dist, cfg, addr, port, None, rdzv_timeout, res, wait=False)
         handler = get_rendezvous_handler(params)
         info = handler.next_rendezvous()
         store, rank, world = info.store, info.rank, info.world_size
     else:
         rank = cfg["node_rank"] * nproc + local_rank
-        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=rdzv_timeout,
-                              wait_for_workers=True)
+        if rank == 0:
+            server = _store_server(dist, cfg, addr, port, world, rdzv_timeout, res, wait=True)
+            store = server
+        else:
+            store = dist.TCPStore(addr, port, world, is_master=False, timeout=rdzv_timeout)
     res.update(rank=rank, world_size=world, rendezvous_s=round(time.monotonic() - t0, 3))
     res["phase"] = "init"
     write_json(out_path, res)
@@ -268,6 +347,23 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
         dist.destroy_process_group()
         if handler is not None:
             handler.shutdown()
+        del server
+
+
+def _store_server(dist, cfg, addr, port, world, timeout, res, wait):
+    """The master's TCPStore, listening on a socket bound to the cluster address (store_socket); the
+    store takes the socket's fd over (and closes it)."""
+    sock, bound = store_socket([addr, cfg.get("address")], port)
+    fd = sock.detach()
+    try:
+        server = dist.TCPStore(addr, port, world, is_master=True, timeout=timeout, wait_for_workers=wait,
+                               master_listen_fd=fd)
+    except TypeError:  # a torch without master_listen_fd: its own socket, on every interface
+        os.close(fd)
+        res["store_bound"] = "every interface (this torch cannot take a bound socket)"
+        return dist.TCPStore(addr, port, world, is_master=True, timeout=timeout, wait_for_workers=wait)
+    res["store_bound"] = bound
+    return server
 
 
 def _exchange_and_measure(cfg, dist, torch, store, rank, world, device, local_rank, res, out_path):
@@ -358,7 +454,7 @@ def tcp_probe(store, rank, peers, seconds, dist, address):
         dist.barrier()
         key = f"probe/{idx}"
         if rank == dst["rank"]:
-            results.append(_probe_receive(store, key, seconds, address))
+            results.append(_probe_receive(store, key, seconds, address, src.get("address")))
         elif rank == src["rank"]:
             _probe_send(store, key, seconds)
         dist.barrier()
@@ -384,10 +480,11 @@ def ring_probe(store, rank, peers, seconds, dist, address):
     if me is not None:
         srv = _listen(store, f"ring/{me}", seconds, address)
         got = []
+        sender = reps[me - 1].get("address")  # only the previous node's cluster address is let in
 
         def receive():
             try:
-                got.append(_receive(srv, seconds))
+                got.append(_receive(srv, seconds, sender))
             except OSError as exc:
                 got.append({"gbps": 0.0, "error": one_line(exc)})
 
@@ -406,19 +503,25 @@ def ring_probe(store, rank, peers, seconds, dist, address):
 
 
 def _listen(store, key, seconds, address):
-    """A listening socket on this node's address, published in the store under key."""
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((address or "0.0.0.0", 0))
-    srv.listen(1)
+    """A listening socket on this node's address (IPv4 or IPv6), published in the store under key."""
+    srv = _bind(address)
+    srv.listen(8)
     srv.settimeout(seconds + 30)
-    store.set(key, f"{srv.getsockname()[0]}:{srv.getsockname()[1]}")
+    host, port = srv.getsockname()[:2]
+    store.set(key, f"{host}:{port}")
     return srv
 
 
-def _receive(srv, seconds):
-    """Accept one sender on srv and read until it closes: bytes, seconds and GB/s."""
-    conn, _unused = srv.accept()
+def _receive(srv, seconds, sender=None):
+    """Accept the sender on srv (a connection from any other address is closed and noted, and the wait
+    goes on until the socket's timeout) and read until it closes: bytes, seconds and GB/s."""
+    strangers = []
+    while True:
+        conn, peer = srv.accept()
+        if peer_matches(peer[0], sender):
+            break
+        strangers.append(peer[0])
+        conn.close()
     conn.settimeout(seconds + 30)
     buf = bytearray(PROBE_BUF)
     view = memoryview(buf)
@@ -436,11 +539,14 @@ def _receive(srv, seconds):
     conn.close()
     srv.close()
     span = (last - first) if first is not None and last is not None else 0.0
-    return {"bytes": total, "seconds": round(span, 4), "gbps": round(total / span / 1e9, 4) if span > 0 else 0.0}
+    out = {"bytes": total, "seconds": round(span, 4), "gbps": round(total / span / 1e9, 4) if span > 0 else 0.0}
+    if strangers:
+        out["refused"] = sorted(set(strangers))
+    return out
 
 
-def _probe_receive(store, key, seconds, address):
-    result = _receive(_listen(store, key, seconds, address), seconds)
+def _probe_receive(store, key, seconds, address, sender=None):
+    result = _receive(_listen(store, key, seconds, address), seconds, sender)
     store.set(f"{key}/result", json.dumps(result))
     return result
 

@@ -14,6 +14,9 @@ is reported as not comparable and never used. Plain Python, no Ansible import.
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import time
 
 SCHEMA = 1
@@ -39,6 +42,25 @@ MAX_SAMPLES = 5
 # while 64 MiB was within it), so a drop there only warns. When every size is smaller, the largest is
 # judged as the bandwidth figure.
 BANDWIDTH_MIN_BYTES = 16 << 20
+
+
+def save(path, document):
+    """Write the baseline (JSON) to path atomically through a temporary file that mkstemp makes
+    (O_EXCL, 0600, a random name in the same directory): a predictable `path.PID.tmp` could be a link
+    planted there by another user, and the write would go through it (issue 31)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(document, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
 
 
 def context(inputs):

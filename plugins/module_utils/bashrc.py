@@ -160,28 +160,38 @@ def _leading_comments(lines, index):
     return index
 
 
+class MarkerError(ValueError):
+    """The block's BEGIN/END lines do not pair: rewriting the file would drop the user's lines between
+    a stray marker and ours. The message names the line (1-based) and the fix; the caller adds the file."""
+
+    def __init__(self, line, message):
+        ValueError.__init__(self, "line %d: %s" % (line, message))
+        self.line = line
+
+
 def split_block(text):
-    """-> (text without any managed block, the first block found or None, line index it was at)."""
+    """-> (text without the managed block, the block or None, line index it was at).
+
+    MarkerError when the markers do not pair (a BEGIN without its END, an END alone, a second block):
+    the lines between them may be the user's, so nothing is guessed."""
     lines = text.splitlines(keepends=True)
-    out, block, at, inside, current = [], None, None, False, []
-    for line in lines:
-        stripped = line.rstrip("\r\n")
-        if not inside and stripped == BEGIN:
-            inside, current = True, [line]
-            if at is None:
-                at = len(out)
-            continue
-        if inside:
-            current.append(line)
-            if stripped == END:
-                inside = False
-                if block is None:
-                    block = "".join(current)
-            continue
-        out.append(line)
-    if inside:  # BEGIN without END: leave the user's text alone
+    begins = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == BEGIN]
+    ends = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == END]
+    if not begins and not ends:
         return text, None, None
-    return "".join(out), block, at
+    fix = "fix: remove the stray marker line (or add its partner) by hand, then re-run; nothing was changed"
+    if len(begins) > 1:
+        raise MarkerError(begins[1] + 1, "a second %r (the first is at line %d); %s" % (BEGIN, begins[0] + 1, fix))
+    if len(ends) > 1:
+        raise MarkerError(ends[1] + 1, "a second %r; %s" % (END, fix))
+    if not ends:
+        raise MarkerError(begins[0] + 1, "%r has no %r after it; %s" % (BEGIN, END, fix))
+    if not begins:
+        raise MarkerError(ends[0] + 1, "%r has no %r before it; %s" % (END, BEGIN, fix))
+    start, stop = begins[0], ends[0]
+    if stop < start:
+        raise MarkerError(stop + 1, "%r comes before its %r (line %d); %s" % (END, BEGIN, start + 1, fix))
+    return "".join(lines[:start] + lines[stop + 1:]), "".join(lines[start:stop + 1]), start
 
 
 def place_block(text, block):

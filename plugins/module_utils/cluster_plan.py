@@ -19,6 +19,7 @@ Plain Python, no Ansible import.
 from __future__ import annotations
 
 import ipaddress
+import re
 
 DEFAULT_SSH_PORT = 2222
 DEFAULT_MASTER_PORT = 29500
@@ -33,6 +34,97 @@ DEFAULTS = {
     "cluster_master_port": DEFAULT_MASTER_PORT,
     "cluster_master": "",
 }
+
+
+# ---------------------------------------------------------------- names and addresses
+# Every name and address of the inventory ends up in files and commands on the nodes (~/.ssh/config,
+# known_hosts, /etc/hosts, hostfiles, a shell task's --bind): each is checked here first.
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(r"^%s(?:\.%s)*\.?$" % (_LABEL, _LABEL))
+# a POSIX user name as useradd accepts it (letters, digits, '_', '-', '.'; not starting with '-')
+_USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+
+
+def shown(text):
+    """text for a one-line message: as it is when printable, else its repr (a newline stays one line)."""
+    text = str(text)
+    return text if text.isprintable() and text.strip() == text and text else repr(text)
+
+
+def is_ip(text):
+    try:
+        ipaddress.ip_address(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+def is_host_name(text):
+    """An RFC 1123 host name: dot-separated labels of letters, digits and inner '-', each at most 63
+    characters, at most 253 in all (a trailing dot allowed)."""
+    text = str(text)
+    return len(text.rstrip(".")) <= 253 and bool(_HOST_NAME.match(text))
+
+
+def url_host(address):
+    """An address or host name as the host part of a URL: an IPv6 address in brackets (RFC 3986)."""
+    text = str(address)
+    return "[%s]" % text if ":" in text and not text.startswith("[") else text
+
+
+def address_problem(text):
+    """None when text is an IP address or a host name, else why not (one phrase)."""
+    text = str(text)
+    if is_ip(text) or is_host_name(text):
+        return None
+    if text.startswith("[") and text.endswith("]") and is_ip(text[1:-1]):
+        return "%s is an address in brackets: write it without them" % text
+    return "%s is neither an IP address nor an RFC 1123 host name (letters, digits, '-' and '.')" % shown(text)
+
+
+def user_problem(text):
+    """None when text is a user name useradd accepts, else why not."""
+    if _USER_NAME.match(str(text)):
+        return None
+    return ("%s is not a user name (letters, digits, '_', '-' and '.', at most 32, not starting with a digit, "
+            "'-' or '.')" % shown(text))
+
+
+_MIRROR_URL = re.compile(r"^(https?|file)://[^\s\[\]\"'#;]+$")
+
+
+def _truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def mirror_trust(hostvars, hosts):
+    """(problems, warnings) of cluster_package_mirror (issue 31): a mirror apt trusts must be signed
+    (packages_mirror_keyring) or said to be insecure on purpose (cluster_package_mirror_insecure: true,
+    e.g. the lab's, on its own internal network); an unsigned one is a warning, one that is neither
+    a problem, and so is a URL that would not be one word in a sources.list line."""
+    problems, warnings = [], []
+    for name in hosts or []:
+        hv = hostvars[name]
+        url = str(hv.get("cluster_package_mirror") or "")
+        if not url:
+            continue
+        if not _MIRROR_URL.match(url):
+            problems.append(f"{shown(name)}: cluster_package_mirror {shown(url)} is not an http(s):// or file:// URL "
+                            "without spaces or quotes; fix: set it to the mirror's base URL")
+        elif hv.get("packages_mirror_keyring"):
+            continue
+        elif _truthy(hv.get("cluster_package_mirror_insecure", False)):
+            warnings.append(f"{shown(name)}: the package mirror {url} is trusted unsigned "
+                            "(cluster_package_mirror_insecure: true): apt installs whatever it (or anyone between it "
+                            "and the node) serves, as root; fix: packages_mirror_keyring for a mirror outside a "
+                            "network you control")
+        else:
+            problems.append(f"{shown(name)}: the package mirror {url} has no packages_mirror_keyring: apt would install "
+                            "unsigned packages from it as root; fix: set packages_mirror_keyring to the keyring that "
+                            "signs its Release file, or cluster_package_mirror_insecure: true for a mirror on a network "
+                            "you control")
+    n = len(hosts or [])
+    return merge_same_problem(problems, n), merge_same_problem(warnings, n)
 
 
 def node_address(hostvars, name):
@@ -84,12 +176,13 @@ def normalize_hosts(hosts):
     return out
 
 
-def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
+def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None, master_addr=None, user=None):
     """Return (problems, plan).
 
     hosts: list of dicts in inventory order: name, address, ssh_port, master_port.
     master: the inventory name chosen as master (None/"" = first host).
     stages: the stages this run will execute (None = all known).
+    master_addr, user: cluster_master_addr and cluster_user when set (checked as an address and a user name).
     plan: {"nodes": [{name, address, rank}], "master", "master_addr", "master_port", "ssh_port"}.
     """
     problems = []
@@ -101,6 +194,14 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
     seen_names = {}
     seen_addrs = {}
     for node in nodes:
+        if address_problem(node["name"]):
+            problems.append(f"{shown(node['name'])}: the inventory name is not an RFC 1123 host name (letters, "
+                            "digits, '-' and '.'): it goes into ~/.ssh/config, /etc/hosts and the hostfiles; fix: "
+                            "rename the host in the inventory")
+        why = address_problem(node["address"])
+        if why:
+            problems.append(f"{shown(node['name'])}: cluster address {why}; fix: set cluster_address (or "
+                            "ansible_host) to the node's IP address or host name")
         key = node["name"].lower()
         if key in seen_names:
             problems.append(f"{node['name']}: name duplicates {seen_names[key]} (names differ only in case); "
@@ -138,6 +239,12 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None):
                         f"({', '.join(map(str, sorted(master_ports)))}); fix: set it once in group_vars")
 
     names = [n["name"] for n in nodes]
+    if master_addr not in (None, "") and address_problem(master_addr):
+        problems.append(f"cluster: cluster_master_addr {address_problem(master_addr)}; fix: set it to the "
+                        "rendezvous IP address or host name")
+    if user not in (None, "") and user_problem(user):
+        problems.append(f"cluster: cluster_user {user_problem(user)}; fix: set cluster_user to the training "
+                        "user's login name")
     if master in (None, ""):
         master = names[0]
     elif master not in names:
@@ -180,7 +287,7 @@ def running_stages(stages, run_tags, skip_tags):
 
 def plan_from_hostvars(hostvars, hosts, master="", master_port=None, user=None, group=None, stages=None,
                        run_tags=None, skip_tags=None, stage_min_nodes=None, master_addr=None):
-    """-> {"problems": [...], "plan": {...}} for the hosts of the cluster group (inventory order).
+    """-> {"problems": [...], "plan": {...}, "warnings": [...]} for the hosts of the cluster group (inventory order).
 
     hostvars: name -> that host's variables (a mapping: Ansible's hostvars, or plain dicts in tests).
     master_addr: cluster_master_addr when the inventory sets it (the rendezvous address every rank
@@ -198,13 +305,15 @@ def plan_from_hostvars(hostvars, hosts, master="", master_port=None, user=None, 
     problems, plan = validate_inventory(
         rows, master=master or None,
         stages=running_stages(stages, run_tags, skip_tags) if stages is not None else None,
-        stage_min_nodes=stage_min_nodes)
+        stage_min_nodes=stage_min_nodes, master_addr=master_addr, user=user)
+    mirror_problems, warnings = mirror_trust(hostvars, hosts)
+    problems += mirror_problems
     if plan:
         if master_addr:
             plan["master_addr"] = str(master_addr)
         plan["user"] = str(user or DEFAULTS["cluster_user"])
         plan["group"] = str(group or DEFAULTS["cluster_group"])
-    return {"problems": problems, "plan": plan}
+    return {"problems": problems, "plan": plan, "warnings": warnings}
 
 
 def merge_same_problem(problems, node_count):

@@ -221,8 +221,13 @@ def pick_toolkit(toolkits, wanted=None):
     return max(toolkits, key=lambda tk: vtuple(tk["version"]))
 
 
+# Where root puts the CUDA runfile and lets its installer extract: a directory only root can use
+# (the role makes it root:root 0700), never a predictable name in /tmp that another user could take first.
+RUNFILE_DIR = "/var/lib/provision/cuda-runfile"
+
+
 def toolkit_plan(facts, *, version, source, os_family="Debian", distro_release="", runfile=None,
-                 install_root="/usr/local"):
+                 install_root="/usr/local", runfile_dir=RUNFILE_DIR):
     """Decide what the cuda_toolkit role does on a host.
 
     Returns a dict with ``action`` one of skip|present|install|refuse|none and, for install, the
@@ -257,16 +262,17 @@ def toolkit_plan(facts, *, version, source, os_family="Debian", distro_release="
         if not runfile:
             return {"action": "refuse", "reason": "cuda_toolkit_source=runfile needs cuda_toolkit_runfile "
                                                   "(a cuda_*_linux.run on the controller)"}
-        return {"action": "install", "method": "runfile", "cuda_home": home,
-                "argv": runfile_argv(f"/tmp/{os.path.basename(runfile)}", home),
+        return {"action": "install", "method": "runfile", "cuda_home": home, "runfile_dir": runfile_dir,
+                "argv": runfile_argv(f"{runfile_dir}/{os.path.basename(runfile)}", home, tmpdir=runfile_dir),
                 "reason": f"runfile {os.path.basename(runfile)}"}
     return {"action": "refuse", "reason": f"unknown cuda_toolkit_source {source!r}: use distro, repo or runfile"}
 
 
-def runfile_argv(runfile_on_node, cuda_home):
-    """Toolkit only (never the driver), silently, into cuda_home, no /usr/local/cuda symlink games."""
+def runfile_argv(runfile_on_node, cuda_home, tmpdir=None):
+    """Toolkit only (never the driver), silently, into cuda_home, no /usr/local/cuda symlink games;
+    tmpdir: where the installer extracts and works instead of /tmp (--tmpdir, CUDA 7.5 and later)."""
     return ["sh", runfile_on_node, "--silent", "--toolkit", f"--toolkitpath={cuda_home}",
-            "--no-man-page", "--override"]
+            "--no-man-page", "--override"] + ([f"--tmpdir={tmpdir}"] if tmpdir else [])
 
 
 def vendor_repo(os_family, distro_release):

@@ -29,7 +29,7 @@ import hashlib
 import re
 
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
-    markers, normalize_key, port_pattern, split_block)
+    MarkerError, markers, normalize_key, port_pattern, split_block)
 
 
 def ring_targets(hosts, host, full=False):
@@ -98,8 +98,12 @@ def parse_authorized_keys(text):
 
 
 def parse_ssh_config_block(text, block):
-    """{name: {hostname, port, user}} of the Host entries in our managed block ``block``."""
-    body = split_block(text or "", block)[1]
+    """{name: {hostname, port, user}} of the Host entries in our managed block ``block`` ({} when its
+    markers do not pair: the ssh_mesh stage refuses such a file, naming the line)."""
+    try:
+        body = split_block(text or "", block)[1]
+    except MarkerError:
+        body = None
     out, current = {}, []
     for line in body or []:
         key, _sep, value = line.strip().partition(" ")

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections import Counter
 
 MANIFEST = ".provision-wheelhouse.json"
@@ -419,8 +420,81 @@ def normalize_versions(raw):
     }
 
 
+def _writable_by_others(st):
+    """Group- or world-writable, a sticky directory (/tmp) excepted: another user can change it."""
+    if stat.S_ISLNK(st.st_mode):
+        return False
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:
+        return False
+    return bool(st.st_mode & 0o022)
+
+
+def is_environment(prefix):
+    """A venv (pyvenv.cfg) or a conda environment (conda-meta): a tree of its own, walked whole by
+    untrusted(); a system prefix such as /usr is the distribution's and is not walked."""
+    return os.path.exists(os.path.join(prefix, "pyvenv.cfg")) or os.path.isdir(os.path.join(prefix, "conda-meta"))
+
+
+def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
+    """Why root must not run code from the tree at path (issue 31): up to LIMIT lines naming an entry
+    owned by a uid outside TRUSTED_UIDS or writable by group or others (a link's own mode does not
+    count), in the tree itself or in a directory above it (which could swap the whole tree). [] when
+    none: only root (and the trusted uids) could have written what root is about to run. Nothing is
+    followed: every entry is lstat'ed, the walk does not enter linked directories. walk=False: path and
+    the directories above it only."""
+    found = []
+
+    def judge(where, st):
+        if st.st_uid not in trusted_uids:
+            found.append("%s is owned by uid %d" % (where, st.st_uid))
+        elif _writable_by_others(st):
+            found.append("%s is mode %04o (writable by group or others)" % (where, stat.S_IMODE(st.st_mode)))
+
+    above = os.path.dirname(os.path.abspath(path))
+    while True:
+        try:
+            judge(above, os.stat(above))
+        except OSError:
+            pass
+        if above == os.path.dirname(above) or len(found) >= limit:
+            break
+        above = os.path.dirname(above)
+    try:
+        judge(path, os.lstat(path))
+    except FileNotFoundError:
+        return found
+    if os.path.islink(path) or not walk:
+        return found[:limit]
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            if len(found) >= limit:
+                return found
+            full = os.path.join(root, name)
+            try:
+                judge(full, os.lstat(full))
+            except OSError:
+                continue
+    return found[:limit]
+
+
+def dist_names(prefix):
+    """{normalized name: version} of the *.dist-info directories under prefix's site-packages (read
+    from the names: nothing of the environment is run)."""
+    found = {}
+    for site in sorted(glob.glob(os.path.join(prefix, "lib", "python*", "site-packages"))):
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(".dist-info") and "-" in entry:
+                name, version = entry[: -len(".dist-info")].rsplit("-", 1)
+                found[normalize(name)] = version
+    return found
+
+
 def chown_tree(path, uid, gid):
-    """Own a whole environment (after pip ran as root) by the cluster user; symlinks themselves."""
+    """Own a whole environment by uid:gid (root: nothing in it may be another user's); symlinks themselves."""
     os.lchown(path, uid, gid)
     for root, dirs, files in os.walk(path):
         for name in dirs + files:

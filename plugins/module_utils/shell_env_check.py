@@ -15,7 +15,7 @@ import re
 import shlex
 import subprocess
 
-from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
+from ansible_collections.provision.cluster.plugins.module_utils.files import UnsafeFile, read_user_file
 from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
 
 FIX = "ansible-playbook site.yml --tags shell_env"
@@ -127,13 +127,20 @@ def check_env(user, bashrc, ssh_host, timeout, get_bin_path, split_block, find_g
     """The whole check on this node: read user's ~/.bashrc block, run `ssh ssh_host printenv -0` as
     that user, compare. get_bin_path(name) -> path or None. -> {expected, seen, where, checks}."""
     try:
-        home = pwd.getpwnam(user).pw_dir
+        pw = pwd.getpwnam(user)
     except KeyError:
         return {"expected": {}, "seen": {}, "where": {},
                 "checks": [result("fail", "user %s does not exist" % user, "ansible-playbook site.yml --tags ssh_mesh")]}
-    path = bashrc or os.path.join(home, ".bashrc")
-    text = read_text(path)
-    layout = block_layout(text, split_block, find_guard)
+    path = bashrc or os.path.join(pw.pw_dir, ".bashrc")
+    try:
+        # root reading the user's file: through the home's fds, never following a link planted there
+        text = read_user_file(pw, path)
+        layout = block_layout(text, split_block, find_guard)
+    except (UnsafeFile, ValueError) as exc:  # UnsafeFile, or the block's markers do not pair (MarkerError)
+        detail = str(exc) if isinstance(exc, UnsafeFile) else "%s %s" % (path, exc)
+        return {"expected": {}, "seen": {}, "where": {},
+                "checks": [result("fail", detail.split("; fix: ")[0],
+                                  detail.split("; fix: ", 1)[1] if "; fix: " in detail else FIX)]}
     expected = block_exports(layout["block"] or "")
     names = wanted_names(expected)
     seen = {}

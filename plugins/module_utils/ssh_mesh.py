@@ -15,22 +15,58 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import (
+    address_problem, shown, user_problem)
+
 MARK = "provision.cluster"
+# the key blob of a public key line: base64, nothing else (it is written into authorized_keys/known_hosts)
+_BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,3}$")
 
 
 def markers(name):
     return "# BEGIN %s %s" % (MARK, name), "# END %s %s" % (MARK, name)
 
 
+class MarkerError(ValueError):
+    """The managed block's markers do not pair (a BEGIN without its END, an END alone, two BEGINs):
+    rewriting the file would drop the user's lines between them. ``line`` is 1-based; the message
+    names the line and the fix, the caller adds the file."""
+
+    def __init__(self, line, message):
+        ValueError.__init__(self, "line %d: %s" % (line, message))
+        self.line = line
+
+
+def check_markers(lines, begin, end):
+    """(start, stop) indexes of the one BEGIN and its END in lines, None when neither is there;
+    MarkerError when they do not pair."""
+    begins = [i for i, line in enumerate(lines) if line.rstrip("\r") == begin]
+    ends = [i for i, line in enumerate(lines) if line.rstrip("\r") == end]
+    fix = "remove the stray marker line (or add its partner) by hand, then re-run; nothing was changed"
+    if not begins and not ends:
+        return None
+    if len(begins) > 1:
+        raise MarkerError(begins[1] + 1, "a second %r (the first is at line %d); fix: %s" % (begin, begins[0] + 1, fix))
+    if len(ends) > 1:
+        raise MarkerError(ends[1] + 1, "a second %r; fix: %s" % (end, fix))
+    if not ends:
+        raise MarkerError(begins[0] + 1, "%r has no %r after it; fix: %s" % (begin, end, fix))
+    if not begins:
+        raise MarkerError(ends[0] + 1, "%r has no %r before it; fix: %s" % (end, begin, fix))
+    if ends[0] < begins[0]:
+        raise MarkerError(ends[0] + 1, "%r comes before its %r (line %d); fix: %s" % (end, begin, begins[0] + 1, fix))
+    return begins[0], ends[0]
+
+
 def split_block(text, name):
-    """(before_lines, block_lines or None, after_lines) of the managed block ``name``."""
+    """(before_lines, block_lines or None, after_lines) of the managed block ``name``.
+    MarkerError when its markers do not pair (see check_markers)."""
     begin, end = markers(name)
     lines = text.splitlines()
-    try:
-        start = lines.index(begin)
-        stop = lines.index(end, start + 1)
-    except ValueError:
+    found = check_markers(lines, begin, end)
+    if found is None:
         return lines, None, []
+    start, stop = found
     return lines[:start], lines[start + 1:stop], lines[stop + 1:]
 
 
@@ -54,6 +90,40 @@ def merge_block(text, name, body, position="end"):
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def node_problems(node):
+    """What in a node record (ssh_identity's, partly reported by the node itself) cannot go into
+    known_hosts, ~/.ssh/config or /etc/hosts: one phrase per field, naming the node and the value.
+    A hostname with a space, a newline + ProxyCommand, or "10.0.0.3; reboot" is refused here."""
+    who = shown(node.get("name"))
+    problems = []
+    for key in ("name", "hostname"):
+        value = node.get(key)
+        if value not in (None, "") and address_problem(value):
+            problems.append("%s: %s %s" % (who, "inventory name" if key == "name" else "hostname (as the node reports "
+                                           "it)", address_problem(value)))
+    if node.get("address") not in (None, "") and address_problem(node["address"]):
+        problems.append("%s: address %s" % (who, address_problem(node["address"])))
+    try:
+        port = int(node.get("port"))
+        if not 1 <= port <= 65535:
+            raise ValueError
+    except (TypeError, ValueError):
+        problems.append("%s: port %s is not a port number" % (who, shown(node.get("port"))))
+    if node.get("user") not in (None, "") and user_problem(node["user"]):
+        problems.append("%s: user %s" % (who, user_problem(node["user"])))
+    for alias in node.get("aliases") or []:
+        if not alias_ok(alias):
+            problems.append("%s: alias %s is not a host name, an address or [name]:port" % (who, shown(alias)))
+    return problems
+
+
+def alias_ok(alias):
+    """A known_hosts/ssh_config name: a host name, an address, or [host]:port."""
+    text = str(alias)
+    m = re.match(r"^\[([^\]]+)\]:(\d{1,5})$", text)
+    return address_problem(m.group(1) if m else text) is None
+
+
 def port_pattern(name, port):
     """known_hosts host pattern: plain on port 22, [name]:port otherwise."""
     return name if int(port) == 22 else "[%s]:%d" % (name, int(port))
@@ -71,7 +141,7 @@ def node_names(node):
 def normalize_key(line):
     """'type base64 [comment]' -> 'type base64' (None when it is not a public key line)."""
     fields = (line or "").split()
-    if len(fields) < 2 or not re.match(r"^(ssh-|ecdsa-|sk-)", fields[0]):
+    if len(fields) < 2 or not re.match(r"^(ssh-|ecdsa-|sk-)[A-Za-z0-9@._+-]+$", fields[0]) or not _BASE64.match(fields[1]):
         return None
     return "%s %s" % (fields[0], fields[1])
 
@@ -271,51 +341,183 @@ def strict_modes_check(source, user, home, problems):
 
 # ---------------------------------------------------------------- a key pair made where it is used
 
-def ensure_keypair(run_command, keygen, pw, key_file, key_type, comment, check_mode):
+def ensure_keypair(run_command, keygen, pw, key_file, key_type, comment, check_mode, confined=None):
     """Make ``pw``'s SSH key pair when missing (ssh-keygen, on this host; the private key is never
     read), fix ~/.ssh (0700) and the private key's mode (0600).
 
-    run_command: AnsibleModule.run_command-like (argv -> rc, out, err).
+    run_command: AnsibleModule.run_command-like (argv -> rc, out, err); where root makes another
+    user's key it must run ssh-keygen AS THAT USER (``user_runner``), so that a link planted at the
+    key's path is followed, if at all, with that user's rights.
+    confined: a files.Confined of pw's home when root acts for that user: directories, modes and the
+    .pub file then go through its fds, and a link at the key's path is refused (UnsafeFile).
     Returns (absolute key_file, changed, generated). Raises RuntimeError with a one-line message.
     """
     import os
 
     key_file = key_file if os.path.isabs(key_file) else os.path.join(pw.pw_dir, key_file)
+    try:
+        return _ensure_keypair(run_command, keygen, pw, key_file, key_type, comment, check_mode, confined)
+    except OSError as exc:
+        raise RuntimeError("%s's key pair %s: %s (%s); fix: make %s a directory %s can write, with no link at the "
+                           "key's path" % (pw.pw_name, key_file, exc.strerror or exc, exc.filename or key_file,
+                                           os.path.dirname(key_file), pw.pw_name)) from None
+
+
+def _ensure_keypair(run_command, keygen, pw, key_file, key_type, comment, check_mode, confined):
+    import os
+
     ssh_dir = os.path.dirname(key_file)
-    as_other = os.getuid() != pw.pw_uid
+    if confined is not None and not confined.covers(key_file):
+        raise RuntimeError("%s is outside %s's home %s: root does not make another user's key elsewhere; fix: a "
+                           "key_file under the home" % (key_file, pw.pw_name, pw.pw_dir))
+    fs = _ConfinedKeyFiles(confined) if confined is not None else _KeyFiles(os.getuid() != pw.pw_uid, pw)
     changed = generated = False
-    if not os.path.isdir(ssh_dir):
+    mode = fs.dir_mode(ssh_dir)
+    if mode is None:
         changed = True
         if not check_mode:
-            os.makedirs(ssh_dir, 0o700)
-            if as_other:
-                os.chown(ssh_dir, pw.pw_uid, pw.pw_gid)
-    elif os.stat(ssh_dir).st_mode & 0o077 and ssh_dir == os.path.join(pw.pw_dir, ".ssh"):
+            fs.makedirs(ssh_dir)
+    elif mode & 0o077 and ssh_dir == os.path.join(pw.pw_dir, ".ssh"):
         changed = True  # sshd's StrictModes refuses a group/world-writable ~/.ssh
         if not check_mode:
-            os.chmod(ssh_dir, 0o700)
-    if not os.path.exists(key_file):
+            fs.chmod_dir(ssh_dir, 0o700)
+    if not fs.exists(key_file):
         changed = generated = True
         if not check_mode:
-            if os.path.exists(key_file + ".pub"):
-                os.unlink(key_file + ".pub")
+            if fs.exists(key_file + ".pub"):
+                fs.unlink(key_file + ".pub")
             rc, out, err = run_command([keygen, "-q", "-t", key_type, "-N", "", "-C", comment, "-f", key_file])
             if rc != 0:
-                raise RuntimeError("ssh-keygen failed: %s" % (err or out).strip())
-    elif not os.path.exists(key_file + ".pub"):
+                raise RuntimeError("ssh-keygen failed: %s%s" % ((err or out).strip(), fs.link_note(key_file)))
+    elif not fs.exists(key_file + ".pub"):
         changed = True
         if not check_mode:
             rc, out, err = run_command([keygen, "-y", "-f", key_file])
             if rc != 0:
                 raise RuntimeError("cannot derive %s.pub: %s" % (key_file, (err or out).strip()))
-            with open(key_file + ".pub", "w", encoding="utf-8") as handle:
-                handle.write(out.strip() + "\n")
-    if changed and not check_mode and as_other:
+            fs.write(key_file + ".pub", out.strip() + "\n")
+    if changed and not check_mode:
         for path in (key_file, key_file + ".pub"):
-            if os.path.exists(path):
-                os.chown(path, pw.pw_uid, pw.pw_gid)
-    if os.path.exists(key_file) and os.stat(key_file).st_mode & 0o077:
+            fs.give(path)
+    if (fs.file_mode(key_file) or 0) & 0o077:
         changed = True
         if not check_mode:
-            os.chmod(key_file, 0o600)
+            fs.chmod(key_file, 0o600)
     return key_file, changed, generated
+
+
+class _KeyFiles:
+    """ensure_keypair's file operations by path: the process runs as the key's user (or root for root)."""
+
+    def __init__(self, give, pw):
+        self._give, self.pw = give, pw
+
+    @staticmethod
+    def dir_mode(path):
+        import os
+        return os.stat(path).st_mode if os.path.isdir(path) else None
+
+    def makedirs(self, path):
+        import os
+        os.makedirs(path, 0o700)
+        if self._give:
+            os.chown(path, self.pw.pw_uid, self.pw.pw_gid)
+
+    @staticmethod
+    def chmod_dir(path, mode):
+        import os
+        os.chmod(path, mode)
+
+    @staticmethod
+    def exists(path):
+        import os
+        return os.path.exists(path)
+
+    @staticmethod
+    def unlink(path):
+        import os
+        os.unlink(path)
+
+    @staticmethod
+    def write(path, text):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+    def give(self, path):
+        import os
+        if self._give and os.path.exists(path):
+            os.chown(path, self.pw.pw_uid, self.pw.pw_gid)
+
+    @staticmethod
+    def file_mode(path):
+        import os
+        return os.stat(path).st_mode if os.path.exists(path) else None
+
+    @staticmethod
+    def chmod(path, mode):
+        import os
+        os.chmod(path, mode)
+
+    @staticmethod
+    def link_note(path):
+        import os
+        return " (%s is a symbolic link to %s; fix: remove it)" % (path, os.readlink(path)) if os.path.islink(path) else ""
+
+
+class _ConfinedKeyFiles:
+    """The same through a files.Confined home: no name is followed, a link at the key's path is refused."""
+
+    def __init__(self, confined):
+        self.c = confined
+
+    def dir_mode(self, path):
+        st = self.c.dir_stat(path)  # a link or a file there raises the one-line refusal
+        return None if st is None else st.st_mode
+
+    def makedirs(self, path):
+        self.c.makedirs(path, 0o700)
+
+    def chmod_dir(self, path, mode):
+        self.c.chmod_dir(path, mode)
+
+    def exists(self, path):
+        return self.c.stat(path) is not None  # a link (dangling or not) raises UnsafeFile
+
+    def unlink(self, path):
+        self.c.unlink(path)
+
+    def write(self, path, text):
+        self.c.replace(path, text.encode("utf-8"), 0o644)
+
+    def give(self, path):
+        if self.c.stat(path) is not None:
+            self.c.set_attrs(path, owner=(self.c.uid, self.c.gid))
+
+    def file_mode(self, path):
+        st = self.c.stat(path)
+        return None if st is None else st.st_mode
+
+    def chmod(self, path, mode):
+        self.c.set_attrs(path, mode=mode)
+
+    @staticmethod
+    def link_note(_path):
+        return ""
+
+
+def user_runner(pw):
+    """A run_command for ensure_keypair that runs its argv as ``pw``'s user (in the user's home, with a
+    login's environment): root making another user's key writes nothing with root's rights."""
+    import subprocess
+
+    from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
+
+    kwargs, error = as_user(pw.pw_name)
+    if error:
+        raise RuntimeError(error)
+
+    def run(argv):
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, **kwargs)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run

@@ -16,6 +16,9 @@ description:
     directory and starts it detached, in its own session, through C(bash -c) with the user's
     C(~/.bashrc) sourced in a clean environment, which is what a non-interactive ssh shell
     (and so a launcher) sees. Returns at once; run it on every node in one task.
+  - The run is the cluster user's (O(user)). The module runs as that user (the role uses
+    C(become_user)), so the workers get that user's C(~/.bashrc), never root's, and root runs nothing
+    from the environment. Run as root for another O(user), C(started) refuses in one line.
   - C(state=finished) waits for that run with a bounded timeout, kills the whole process group
     when the timeout passes, makes sure no worker process is left, and returns what the ranks
     found plus the parsed NCCL log.
@@ -46,6 +49,11 @@ options:
     description: Interpreter with torch on the node (C(started)).
     type: str
     default: python3
+  user:
+    description:
+      - The cluster user whose run this is (C(started)); the module must run as that user. Default the
+        user the module runs as.
+    type: str
   run_root:
     description:
       - Directory under which each run gets its own directory. It must be private to the user the module
@@ -225,6 +233,11 @@ def _run_root(module, p):
 def start(module, p):
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: the all-reduce is not started")
+    me = pwd.getpwuid(os.getuid())
+    if p.get("user") and p["user"] != me.pw_name:
+        module.fail_json(msg=f"allreduce_smoke runs as the cluster user {p['user']}, not as {me.pw_name}: its workers "
+                             f"would source {me.pw_name}'s ~/.bashrc and run as {me.pw_name}; fix: run the task as "
+                             f"{p['user']} (become_user, as the allreduce_smoke role does)")
     run_root = _run_root(module, p)
     stale = _stale_kill(run_root)
     for name in os.listdir(run_root):  # keep only the newest runs' logs
@@ -432,6 +445,7 @@ def main():
             "port": {"type": "int"},
             "config": {"type": "dict"},
             "python": {"type": "str", "default": "python3"},
+            "user": {"type": "str"},
             "run_root": {"type": "path", "default": "~/.cache/provision/allreduce"},
             "run_id": {"type": "str"},
             "run_dir": {"type": "path"},

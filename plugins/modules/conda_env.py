@@ -100,7 +100,7 @@ def env_python_version(python):
     if not os.access(python, os.X_OK):
         return None
     try:
-        proc = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+        proc = subprocess.run([python, "-I", "-c", "import platform; print(platform.python_version())"],
                               capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -124,6 +124,15 @@ def main():
     )
     p = module.params
     env_prefix, env = P.conda_env_facts(p["prefix"], p["name"])
+    if p["owner"] and os.geteuid() == 0 and pwd.getpwnam(p["owner"]).pw_uid != 0:
+        module.fail_json(msg=f"conda_env: owner {p['owner']}: root runs conda and the environment, so they stay "
+                             "root's; fix: leave owner unset")
+    reasons = P.untrusted(p["prefix"]) if os.geteuid() == 0 and os.path.lexists(p["prefix"]) else []
+    if reasons:
+        # root runs conda and the environment's python: nothing in them may be another user's (issue 31)
+        module.fail_json(msg=f"root does not run conda in {p['prefix']}: {'; '.join(reasons)}; fix: chown -R root: "
+                             f"{p['prefix']} && chmod -R go-w {p['prefix']} once you checked what is in it, or remove "
+                             "it (python_env installs it again)", reasons=reasons)
     plan = []
     if not os.access(os.path.join(p["prefix"], "bin", "conda"), os.X_OK):
         if not os.path.isfile(p["installer"]):

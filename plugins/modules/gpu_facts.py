@@ -56,6 +56,12 @@ options:
     description: Parent directory of C(cuda-X.Y) for repo/runfile installs.
     type: path
     default: /usr/local
+  runfile_dir:
+    description:
+      - For O(source=runfile), the directory on the node where the runfile is copied and its installer
+        works (C(--tmpdir)); only root may use it (the cuda_toolkit role makes it root:root 0700).
+    type: path
+    default: /var/lib/provision/cuda-runfile
 extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
@@ -237,6 +243,7 @@ def main():
             source=dict(type="str", default="", choices=["", "repo", "distro", "runfile"]),
             runfile=dict(type="str", default=""),
             install_root=dict(type="path", default="/usr/local"),
+            runfile_dir=dict(type="path", default="/var/lib/provision/cuda-runfile"),
         ),
         supports_check_mode=True,
     )
@@ -253,7 +260,7 @@ def main():
         family = os_family(osr)
         plan = G.toolkit_plan(facts, version=p["cuda_version"], source=p["source"], os_family=family,
                               distro_release=G.repo_distro_tag(osr.get("ID"), osr.get("VERSION_ID")),
-                              runfile=p["runfile"], install_root=p["install_root"])
+                              runfile=p["runfile"], install_root=p["install_root"], runfile_dir=p["runfile_dir"])
     module.exit_json(changed=False, plan=plan, checks=[G.gpu_check(facts, plan)],
                      ansible_facts={"gpu_facts": facts, "provision_env_cuda_toolkit": env})
 

@@ -11,6 +11,10 @@ description:
   - Writes every file given in O(files) into O(path), owned by O(owner), each atomically and only
     when its content or mode differs. Files of O(absent) are removed.
   - The contents come from the C(provision.cluster.launch_files) filter (see the launchers role).
+  - Run as O(owner) (the launchers role uses C(become_user)) it works with that user's rights. Run as
+    root for another user, the directory in that user's home is reached through its fds without
+    following a link (a link, e.g. C(~/.provision -> /etc), is refused in one line naming it and the
+    fix), and only the directories made here are given to O(owner).
 options:
   path:
     description: The directory; C(~user) is expanded on the node. Made (0755) when missing.
@@ -78,8 +82,30 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
-from ansible_collections.provision.cluster.plugins.module_utils.launch import file_mode, plan_files
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, UnsafeFile, confinement
+from ansible_collections.provision.cluster.plugins.module_utils.launch import file_mode
+
+
+def _missing_dirs(path):
+    """The directories of path that do not exist yet, outermost first (plain paths: no confinement)."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.insert(0, path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def _link_on_the_way(path):
+    """(link, target) of the first symbolic link among path and the directories above it, or None."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        here = os.sep.join(parts[:i])
+        if os.path.islink(here):
+            return here, os.readlink(here)
+    return None
 
 
 def main():
@@ -99,31 +125,70 @@ def main():
         module.fail_json(msg="launch_dir: user of %s does not exist on this node; create it or set cluster_user"
                          % module.params["path"])
     try:
-        uid, gid = (pwd.getpwnam(owner)[2:4]) if owner else (os.getuid(), os.getgid())
+        pw = pwd.getpwnam(owner) if owner else pwd.getpwuid(os.getuid())
     except KeyError:
         module.fail_json(msg="launch_dir: user %s does not exist on this node; create it or set cluster_user" % owner)
     files = module.params["files"]
     for name, spec in files.items():
-        if "/" in name or not isinstance(spec, dict) or "content" not in spec:
+        if "/" in name or name in (".", "..") or not isinstance(spec, dict) or "content" not in spec:
             module.fail_json(msg="launch_dir: bad entry %r (needs a plain name and {content, mode})" % name)
+    for name in module.params["absent"]:
+        if "/" in name or name in (".", "..", ""):
+            module.fail_json(msg="launch_dir: bad absent name %r (a plain file name)" % name)
+    try:
+        result = write_dir(module, path, pw, files)
+    except UnsafeFile as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        link = _link_on_the_way(path)
+        where = " (%s is a symbolic link to %s)" % link if link else ""
+        module.fail_json(msg="launch_dir: cannot write %s: %s%s; fix: make %s a directory %s can write%s"
+                         % (path, exc.strerror or exc, where, path, pw.pw_name,
+                            ", with no link on the way (the link's target is left alone)" if link else ""))
+    if module.params["path_fact"]:
+        result["ansible_facts"] = {module.params["path_fact"]: path}
+    module.exit_json(**result)
 
-    facts = {"ansible_facts": {module.params["path_fact"]: path}} if module.params["path_fact"] else {}
-    made_dir = not os.path.isdir(path)
-    todo = plan_files(path, files) if not made_dir else [(n, "missing") for n in sorted(files)]
-    removed = [n for n in module.params["absent"] if os.path.lexists(os.path.join(path, n))]
-    if made_dir and not module.check_mode:
-        os.makedirs(path, mode=0o755)
-        parent = os.path.dirname(path)
-        for d in (parent, path):  # ~/.provision and ~/.provision/launch belong to the user
-            os.chown(d, uid, gid)
-    w = FileWriter(module)
-    for name, _reason in todo:
-        w.write(os.path.join(path, name), files[name]["content"], mode=file_mode(files[name]), owner=(uid, gid))
-    if not module.check_mode:
-        for name in removed:
-            os.unlink(os.path.join(path, name))
-    module.exit_json(changed=bool(made_dir or todo or removed), path=path, written=[n for n, _unused in todo],
-                     removed=removed, diff=w.diffs, **facts)
+
+def write_dir(module, path, pw, files):
+    owner = (pw.pw_uid, pw.pw_gid)
+    confine = [c for c in confinement(pw) if c.covers(path)]
+    w = FileWriter(module, confine=confine)
+    c = confine[0] if confine else None
+    if c is not None:
+        made_dir = c.kind(path) != "dir"   # a link on the way raises the one-line refusal
+        if made_dir and not module.check_mode:
+            c.makedirs(path, 0o755, owner)
+    else:
+        missing = _missing_dirs(path)
+        made_dir = bool(missing)
+        if missing and not module.check_mode:
+            os.makedirs(path, mode=0o755)
+            if os.geteuid() == 0:
+                for d in missing:  # only what was made here (never an existing parent such as /opt)
+                    os.chown(d, owner[0], owner[1])
+    written = []
+    for name in sorted(files):
+        target = os.path.join(path, name)
+        if made_dir and module.check_mode:
+            written.append(name)
+            continue
+        if w.write(target, files[name]["content"], mode=file_mode(files[name]), owner=owner):
+            written.append(name)
+    removed = []
+    for name in module.params["absent"]:
+        target = os.path.join(path, name)
+        there = (c.kind(target) is not None) if c is not None else os.path.lexists(target)
+        if there:
+            removed.append(name)
+            if module.check_mode:
+                continue
+            if c is not None:
+                c.unlink(target)
+            else:
+                os.unlink(target)
+    return dict(changed=bool(made_dir or written or removed), path=path, written=written, removed=removed,
+                diff=w.diffs)
 
 
 if __name__ == "__main__":

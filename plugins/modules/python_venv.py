@@ -15,9 +15,16 @@ description:
   - With O(create=false), O(path) is an existing environment (a conda env) that only gets the pins.
   - With O(install=false), O(path) is an existing environment adopted as it is (say, the PyTorch a GPU
     image already has) - nothing is made, installed or re-owned, and the module fails, naming the unmet
-    pins and what the environment has, when it does not already meet them.
-  - Owns the environment by O(owner) (recursively, only after a change or when the top directory's
-    owner is wrong).
+    pins and what the environment has, when it does not already meet them (run as root, also when
+    another user could write it).
+  - The environment is root's (O(owner) root, the default). Root runs it (pip, the versions probe,
+    the health check), so nothing in it may be writable by another user. An existing environment that
+    another user could have written (owned by another uid, or writable by group or others, e.g. made
+    by an earlier version for the cluster user) is never run; it is renamed aside, removed without
+    following a link, and made again as root's from the wheelhouse, with a warning naming the
+    distributions it held beyond the pins. A directory above it that another user could write is
+    refused in one line. The cluster user reads and runs the environment; it installs its own
+    packages in a venv of its own (C(python3 -m venv --system-site-packages ~/venv)).
   - Sets C(provision_env_python_env) (VIRTUAL_ENV, PATH prepend) for the shell_env block.
 version_added: "0.1.0"
 author: provision developers (!UNKNOWN)
@@ -56,7 +63,7 @@ options:
     type: bool
     default: false
   owner:
-    description: User that owns the environment.
+    description: User that owns the environment; root (the default when the module runs as root). Another user is refused.
     type: str
   group:
     description: Group that owns the environment (default the owner's primary group).
@@ -141,6 +148,11 @@ venv_missing:
   description: The interpreter lacks venv/ensurepip (Debian's python3-venv package); nothing was created.
   returned: when the interpreter cannot make a venv
   type: bool
+rebuilt_untrusted:
+  description: Why an existing environment was not run but made again (another user could write it); empty when it was not.
+  returned: always
+  type: list
+  elements: str
 versions_cached:
   description: Whether O(versions_cache) answered (then RV(checks) holds the check C(python_env)).
   returned: always
@@ -155,6 +167,7 @@ checks:
 import grp
 import os
 import pwd
+import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
@@ -189,7 +202,7 @@ def probe(module, python):
 def base_python_problem(module, base, p):
     """None, "venv_missing", or a failure naming the node, its python and the fix when the wheelhouse
     was made for another python (pip would find no pinned wheel for this one)."""
-    proc = run(module, [base, "-c", "import sys, platform; print(platform.python_version()); import ensurepip, venv"],
+    proc = run(module, [base, "-I", "-c", "import sys, platform; print(platform.python_version()); import ensurepip, venv"],
                60, "probing %s" % base)
     found = (proc.stdout.strip().splitlines() or [""])[0]
     wanted = p["python_version"]
@@ -230,6 +243,39 @@ def adopt(module, p, env_python, state, facts):
                      versions_cached=False, adopted=True)
 
 
+def distrust(module, p, env_python):
+    """[] when root may run the environment at path (or there is none), else why not: then it is set
+    aside and removed here (not in check mode), so that it is made again as root's. A directory above
+    it that another user could write, or an existing environment not made here (create=false), fails."""
+    path = p["path"]
+    if os.geteuid() != 0 or not os.path.lexists(path):
+        return []
+    reasons = P.untrusted(path)
+    if not reasons:
+        return []
+    inside = [r for r in reasons if r.startswith(path + " ") or r.startswith(path + "/")]
+    above = [r for r in reasons if r not in inside]
+    if above:
+        top = above[0].split(" is ", 1)[0]
+        module.fail_json(msg=f"{p['node'] or 'this node'}: {above[0]}: another user could replace the environment "
+                             f"at {path} that root runs; fix: chown root: {top} && chmod go-w {top}", reasons=reasons)
+    if not p["create"]:
+        module.fail_json(msg=f"{p['node'] or 'this node'}: root does not run {env_python}: {'; '.join(reasons)}; fix: "
+                             f"chown -R root: {path} && chmod -R go-w {path} once you checked what is in it, or "
+                             "make the environment again", reasons=reasons)
+    pinned = {P.normalize(P.parse_pin(r)[0]) for r in p["requirements"]}
+    extra = sorted(set(P.dist_names(path)) - pinned - {"pip", "setuptools", "wheel"})
+    lost = ("; it also held %s (not pinned): install them in a venv of the user's own "
+            "(python3 -m venv --system-site-packages ~/venv)" % ", ".join(extra)) if extra else ""
+    module.warn(f"{path} could be written by another user ({'; '.join(reasons)}): root does not run it, so it is "
+                f"made again as root's from the wheelhouse{lost}")
+    if not module.check_mode:
+        aside = "%s.untrusted-%s" % (path, os.urandom(4).hex())
+        os.rename(path, aside)  # the parent is root's: the user cannot swap the name back in
+        shutil.rmtree(aside)    # fd-based on Linux: never follows a link planted in the tree
+    return reasons
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -264,6 +310,11 @@ def main():
         facts = {"provision_env_python_env": {"env": {"CONDA_PREFIX": path}, "path": [f"{path}/bin"],
                                               "ld_library_path": [], "source": []}}
     if not p["install"]:
+        untrusted = P.untrusted(path) if os.geteuid() == 0 and os.path.lexists(path) else []
+        if untrusted:
+            module.fail_json(msg=f"{p['node'] or 'this node'}: root does not run {env_python}: {'; '.join(untrusted)}; "
+                                 f"fix: adopt an environment only root can write (chown -R root: {path} && chmod -R go-w "
+                                 f"{path} once you checked what is in it)", reasons=untrusted)
         adopt(module, p, env_python, probe(module, env_python), facts)
     uid = gid = None
     if p["owner"]:
@@ -274,7 +325,12 @@ def main():
         uid, gid = pw.pw_uid, pw.pw_gid
         if p["group"]:
             gid = grp.getgrnam(p["group"]).gr_gid
-    state = probe(module, env_python)
+        if os.geteuid() == 0 and uid != 0:
+            module.fail_json(msg=f"python_venv: owner {p['owner']}: root runs this environment (pip, the versions probe, "
+                                 "the health check), so it stays root's; fix: leave owner unset (the cluster user "
+                                 "reads and runs it, and installs its own packages in a venv of its own)")
+    rebuilt = distrust(module, p, env_python)
+    state = None if rebuilt else probe(module, env_python)
     created = False
     if state is None:
         if not p["create"]:
@@ -284,10 +340,11 @@ def main():
         problem = base_python_problem(module, base, p)
         if problem == "venv_missing":
             # the distribution splits venv/ensurepip out (Debian's python3-venv): the role installs it, calls again
-            module.exit_json(changed=False, created=False, installed=[], python=env_python, venv_missing=True)
+            module.exit_json(changed=False, created=False, installed=[], python=env_python, venv_missing=True,
+                             rebuilt_untrusted=rebuilt)
         if module.check_mode:
             module.exit_json(changed=True, created=True, installed=list(p["requirements"]), python=env_python,
-                             ansible_facts=facts)
+                             ansible_facts=facts, rebuilt_untrusted=rebuilt)
         argv = P.venv_create_argv(base, path, p["system_site_packages"])
         if os.path.exists(path):
             argv.insert(3, "--clear")
@@ -298,7 +355,8 @@ def main():
         state = probe(module, env_python) or {"dists": {}}
     todo = P.unmet_pins(p["requirements"], state["dists"])
     if todo and module.check_mode:
-        module.exit_json(changed=True, created=created, installed=todo, python=env_python, ansible_facts=facts)
+        module.exit_json(changed=True, created=created, installed=todo, python=env_python, ansible_facts=facts,
+                         rebuilt_untrusted=rebuilt)
     if todo:
         argv = P.pip_install_argv(env_python, todo, p["find_links"])
         proc = run(module, argv, p["timeout"], "pip install")
@@ -326,9 +384,9 @@ def main():
     if cached is not None:
         facts["python_env_versions"] = cached
         module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
-                         versions_cached=True, checks=[P.cached_check(cached)])
+                         rebuilt_untrusted=rebuilt, versions_cached=True, checks=[P.cached_check(cached)])
     module.exit_json(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts,
-                     versions_cached=False)
+                     versions_cached=False, rebuilt_untrusted=rebuilt)
 
 
 if __name__ == "__main__":

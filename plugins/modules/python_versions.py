@@ -113,13 +113,25 @@ def main():
         if p["require_torch"]:
             module.fail_json(msg=f"{p['python']} does not exist: {fix}", checks=[check])
         module.exit_json(changed=False, checks=[check], ansible_facts={"python_env_versions": P.normalize_versions({})})
+    prefix = os.path.dirname(os.path.dirname(p["python"]))
+    reasons = P.untrusted(prefix, walk=P.is_environment(prefix)) if os.geteuid() == 0 else []
+    if reasons:
+        # root runs nothing another user could have written (issue 31): the probe would import its code,
+        # and its cache file would be another user's word
+        detail = f"root does not run {p['python']}: {'; '.join(reasons)}"
+        check = {"check": "python_env", "status": "fail", "detail": detail,
+                 "fix": "run the python_env stage: it makes the environment again as root's"}
+        if p["require_torch"]:
+            module.fail_json(msg=f"{detail}; fix: {check['fix']}", checks=[check])
+        module.exit_json(changed=False, checks=[check], ansible_facts={"python_env_versions": P.normalize_versions({})})
     key = P.probe_cache_key(p["python"]) if p["cache"] else None
     cached = P.cached_versions(p["cache"], key, p["python"], p["packages"]) if key else None
     if cached is not None:
         check = P.cached_check(cached)
         module.exit_json(changed=False, cached=True, checks=_checks(p, check, cached),
                          ansible_facts={"python_env_versions": cached})
-    argv = [p["python"], "-c", P.VERSIONS_PROBE, json.dumps(p["packages"])]
+    # -I: no PYTHON* variables, no user site, not the working directory on sys.path
+    argv = [p["python"], "-I", "-c", P.VERSIONS_PROBE, json.dumps(p["packages"])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["timeout"], check=False)
     except subprocess.TimeoutExpired:

@@ -16,7 +16,12 @@ description:
     below a guard is moved. Non-interactive shells (C(ssh node cmd), pdsh, mpirun, DeepSpeed) return
     at that guard, so anything below it is never seen by launchers.
   - User content outside the block is kept byte for byte. Files are replaced atomically and only when
-    their content changes; symlinked dotfiles are followed.
+    their content changes. A file whose block markers do not pair (a BEGIN without its END) is refused,
+    naming the file and the line, and left as it is.
+  - Run as O(user) (the shell_env role uses C(become_user)), a symlinked dotfile is followed with the
+    user's own rights. Run as root for another user, nothing in that home is followed or resolved; the
+    files are reached through the home's directory fds (C(O_NOFOLLOW)), a link is refused in one line
+    naming the file and the fix, and new files are given to the user through their fd.
   - Also keeps C(~/.deepspeed_env) (C(NAME=value) lines, which DeepSpeed's runner exports to every
     node). It sets O(deepspeed_vars), removes the ones it wrote last time and no longer manages, and keeps the user's.
 version_added: 1.0.0
@@ -126,7 +131,8 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, UnsafeFile, confinement
+from ansible_collections.provision.cluster.plugins.module_utils.bashrc import MarkerError
 from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
 from ansible_collections.provision.cluster.plugins.module_utils.spawn import home_path
 from ansible_collections.provision.cluster.plugins.module_utils.bashrc import (
@@ -156,35 +162,64 @@ def main():
         pw = pwd.getpwnam(p["user"])
     except KeyError:
         module.fail_json(msg="shell_env: user %s does not exist on this node; set cluster_user" % p["user"])
-    bashrc = os.path.realpath(p["bashrc"] or os.path.join(pw.pw_dir, ".bashrc"))
+    # root for another user: that home is reached through its fds only, nothing there is resolved
+    confine = confinement(pw)
+    w = FileWriter(module, confine=confine)
+    bashrc = p["bashrc"] or os.path.join(pw.pw_dir, ".bashrc")
     ds_path = p["deepspeed_env"]
     if ds_path is None:
         ds_path = os.path.join(pw.pw_dir, ".deepspeed_env")
-    ds_path = os.path.realpath(home_path(ds_path)) if ds_path else ""
+    ds_path = home_path(ds_path) if ds_path else ""
+    links = []
+    if not confine:
+        # the user's own rights: a symlinked dotfile (stow, a dotfiles repository) is edited where it is
+        links = [(x, os.path.realpath(x)) for x in (bashrc, ds_path) if x and os.path.islink(x)]
+        bashrc = os.path.realpath(bashrc)
+        ds_path = os.path.realpath(ds_path) if ds_path else ""
+    try:
+        result = manage(module, p, w, bashrc, ds_path)
+    except UnsafeFile as exc:
+        via = [(x, real) for x, real in links if real in str(exc)]
+        if via:  # the user's link points where the user cannot write: the fix is the link, not the target
+            x, real = via[0]
+            module.fail_json(msg="%s is a symbolic link to %s: %s; fix: make %s a regular file of %s's (or a link to "
+                                 "a file %s can write); the link's target is left alone"
+                                 % (x, real, str(exc).split("; fix: ")[0], x, p["user"], p["user"]))
+        module.fail_json(msg=str(exc))
+    if p["check_ssh_host"] and p["state"] == "present" and not (module.check_mode and result["changed"]):
+        # what a non-interactive `ssh node` gets now (the shell_env_check module's check, same code)
+        result["env_check"] = C.check_env(p["user"], p["bashrc"], p["check_ssh_host"], p["check_timeout"],
+                                          module.get_bin_path, split_block, find_guard)
+    module.exit_json(**result)
 
-    before = read_text(bashrc, only_missing=True)
+
+def manage(module, p, w, bashrc, ds_path):
+    before = w.read_text(bashrc, None)
     old_text = before or ""
-    previous_ds_keys = deepspeed_keys_of(old_text)
-    ds_vars, skipped = deepspeed_safe({k: str(v) for k, v in p["deepspeed_vars"].items()})
-    if p["state"] == "present":
-        merged = {"env": {k: "" if v is None else str(v) for k, v in p["env"].items()}, "path": p["path"],
-                  "ld_library_path": p["ld_library_path"], "source": p["source"]}
-        block = render_block(merged, sorted(ds_vars) if ds_path else None)
-        after, where = place_block(old_text, block)
-    else:
-        block, where, ds_vars = "", "absent", {}
-        after = remove_block(old_text)
+    try:
+        previous_ds_keys = deepspeed_keys_of(old_text)
+        ds_vars, skipped = deepspeed_safe({k: str(v) for k, v in p["deepspeed_vars"].items()})
+        if p["state"] == "present":
+            merged = {"env": {k: "" if v is None else str(v) for k, v in p["env"].items()}, "path": p["path"],
+                      "ld_library_path": p["ld_library_path"], "source": p["source"]}
+            block = render_block(merged, sorted(ds_vars) if ds_path else None)
+            after, where = place_block(old_text, block)
+        else:
+            block, where, ds_vars = "", "absent", {}
+            after = remove_block(old_text)
+    except MarkerError as exc:
+        raise UnsafeFile("%s %s" % (bashrc, exc)) from None
 
     files = [(bashrc, after)]
     if ds_path:
-        ds_before = read_text(ds_path, only_missing=True)
+        ds_before = w.read_text(ds_path, None)
         ds_after = update_deepspeed_env(ds_before or "", ds_vars, previous_ds_keys)
         if ds_before is None and not ds_after:
             ds_after = None  # nothing to write, do not create an empty file
         files.append((ds_path, ds_after))
 
     # a file made here gets the user as owner; an existing one keeps its mode and owner
-    w = FileWriter(module)
+    pw = pwd.getpwnam(p["user"])
     owner = (pw.pw_uid, pw.pw_gid) if os.geteuid() == 0 else None
     checks = []
     for path, new in files:
@@ -197,19 +232,11 @@ def main():
             "fix": "" if same else "ansible-playbook playbooks/shell_env.yml (cluster_user=%s)" % p["user"],
         })
     changed, diff = any(f["changed"] for f in w.files), w.diffs
-    warnings = []
     if skipped:
-        warnings.append("left out of %s (values need quoting, DeepSpeed exports them unquoted): %s"
-                        % (ds_path, ", ".join(skipped)))
-    for warning in warnings:
-        module.warn(warning)
-    result = dict(changed=changed, diff=diff, block=block, bashrc=bashrc, where=where,
-                  deepspeed_env=ds_path, deepspeed_skipped=skipped, checks=checks)
-    if p["check_ssh_host"] and p["state"] == "present" and not (module.check_mode and changed):
-        # what a non-interactive `ssh node` gets now (the shell_env_check module's check, same code)
-        result["env_check"] = C.check_env(p["user"], p["bashrc"], p["check_ssh_host"], p["check_timeout"],
-                                          module.get_bin_path, split_block, find_guard)
-    module.exit_json(**result)
+        module.warn("left out of %s (values need quoting, DeepSpeed exports them unquoted): %s"
+                    % (ds_path, ", ".join(skipped)))
+    return dict(changed=changed, diff=diff, block=block, bashrc=bashrc, where=where,
+                deepspeed_env=ds_path, deepspeed_skipped=skipped, checks=checks)
 
 
 if __name__ == "__main__":

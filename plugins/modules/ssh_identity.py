@@ -15,6 +15,10 @@ description:
     and its hostname, as one node record (RV(node)) that M(provision.cluster.ssh_mesh) takes for
     every node. O(name), O(address) and O(port) are passed through into that record.
   - Used for the nodes and, run locally, for the controller's own key.
+  - Run as the user (the ssh_mesh role uses C(become_user)) it works with the user's own rights. Run
+    as root for another user, C(ssh-keygen) runs as that user, and C(~/.ssh) and the key files are
+    reached through the home's directory fds without following a link; a link at the key's path is
+    refused in one line naming the file and the fix.
 version_added: "0.1.0"
 author: provision developers (!UNKNOWN)
 options:
@@ -102,8 +106,8 @@ import pwd
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import ensure_keypair, normalize_key
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, UnsafeFile, confinement, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import ensure_keypair, normalize_key, user_runner
 
 
 def host_public_keys(directory):
@@ -137,14 +141,17 @@ def main():
         module.fail_json(msg="user %s does not exist: create it (ssh_mesh_create_user: true)" % p["user"])
     hostname = socket.gethostname()
     keygen = module.get_bin_path("ssh-keygen", required=True)
+    # root making another user's key: ssh-keygen runs as that user, the files go through the home's fds
+    confined = (confinement(pw) or [None])[0]
     try:
-        key_file, changed, generated = ensure_keypair(module.run_command, keygen, pw, p["key_file"], p["key_type"],
+        key_file, changed, generated = ensure_keypair(user_runner(pw) if confined else module.run_command, keygen, pw,
+                                                      p["key_file"], p["key_type"],
                                                       p["comment"] or "%s@%s" % (pw.pw_name, hostname),
-                                                      module.check_mode)
-    except RuntimeError as exc:
+                                                      module.check_mode, confined=confined)
+        public_key = FileWriter(module, confine=[confined] if confined else []).read_text(key_file + ".pub").strip()
+    except (RuntimeError, UnsafeFile) as exc:
         module.fail_json(msg=str(exc))
 
-    public_key = read_text(key_file + ".pub", "").strip()
     node = {
         "name": p["name"] or hostname,
         "hostname": hostname,

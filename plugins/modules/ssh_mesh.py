@@ -146,22 +146,21 @@ import pwd
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, UnsafeFile, confinement
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
+    MarkerError,
+    alias_ok,
     authorized_keys_lines,
     ensure_keypair,
     etc_hosts_lines,
     merge_block,
+    node_problems,
     render_known_hosts,
     effective_kex,
     kex_preference,
     ssh_config_lines,
+    user_runner,
 )
-
-
-def _old_text(path):
-    """The current text of a file this module rewrites ("" when missing; unreadable is an error)."""
-    return read_text(path, default="", only_missing=True)
 
 
 def _owner(pw):
@@ -187,6 +186,32 @@ def _kex(module, preferred):
     return kex_preference(preferred, effective_kex(out)) if rc == 0 else []
 
 
+def _merged(w, path, merge):
+    """merge(old text) for the file at path, read as the writer reads it; a stray marker raises with the file."""
+    try:
+        return merge(w.read_text(path))
+    except MarkerError as exc:
+        raise UnsafeFile("%s %s" % (path, exc)) from None
+
+
+def _check_inputs(module, p):
+    problems = []
+    for node in p["nodes"]:
+        missing = [k for k in ("name", "address", "port") if not node.get(k)]
+        if missing:
+            module.fail_json(msg="node record %r lacks %s" % (node.get("name"), ", ".join(missing)))
+        problems += node_problems(node)
+    for node_name, extra in (p["known_hosts_extra_names"] or {}).items():
+        problems += ["%s: known_hosts name %r is not a host name, an address or [name]:port" % (node_name, e)
+                     for e in extra or [] if not alias_ok(e)]
+    identity = p["identity_file"]
+    if not identity or any(c.isspace() or not c.isprintable() for c in identity):
+        problems.append("identity_file %r has a space or a control character" % identity)
+    if problems:
+        module.fail_json(msg="; ".join(problems) + "; fix: correct the inventory (or the node's hostname), nothing "
+                         "was written", problems=problems)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -207,57 +232,72 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    _check_inputs(module, p)
+    try:
+        result = run(module, p)
+    except UnsafeFile as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+def run(module, p):
     nodes = p["nodes"]
-    for node in nodes:
-        missing = [k for k in ("name", "address", "port") if not node.get(k)]
-        if missing:
-            module.fail_json(msg="node record %r lacks %s" % (node.get("name"), ", ".join(missing)))
     name = p["block_name"]
-    w = FileWriter(module)
     pw = _pw(module, p["user"])
+    # root writing another user's files: through that home's fds only, never following a link
+    w = FileWriter(module, confine=confinement(pw))
     ssh_dir = os.path.join(pw.pw_dir, ".ssh")
     removed = []
     identity = {}
     if p["identity_key_file"]:
+        confined = (confinement(pw) or [None])[0]
         try:
             key_file, key_changed, _unused = ensure_keypair(
-                module.run_command, module.get_bin_path("ssh-keygen", required=True), pw, p["identity_key_file"],
-                "ed25519", "%s@%s" % (pw.pw_name, socket.gethostname()), module.check_mode)
+                user_runner(pw) if confined else module.run_command, module.get_bin_path("ssh-keygen", required=True),
+                pw, p["identity_key_file"], "ed25519", "%s@%s" % (pw.pw_name, socket.gethostname()), module.check_mode,
+                confined=confined)
         except RuntimeError as exc:
             module.fail_json(msg=str(exc))
         w.files.append({"path": key_file, "changed": key_changed})
-        identity["public_key"] = _old_text(key_file + ".pub").strip()
+        identity["public_key"] = w.read_text(key_file + ".pub").strip()
 
     if p["authorized_keys"]:
         path = os.path.join(ssh_dir, "authorized_keys")
         body = authorized_keys_lines([n.get("user_key") for n in nodes])
-        w.write(path, merge_block(_old_text(path), name, body), 0o600, _owner(pw), dir_mode=0o700)
+        w.write(path, _merged(w, path, lambda old: merge_block(old, name, body)), 0o600, _owner(pw), dir_mode=0o700)
     for extra in p["authorize"]:
         epw = _pw(module, extra.get("user"))
+        ew = FileWriter(module, confine=confinement(epw))
         path = os.path.join(epw.pw_dir, ".ssh", "authorized_keys")
-        w.ensure_dir(os.path.dirname(path), 0o700, _owner(epw))
+        ew.ensure_dir(os.path.dirname(path), 0o700, _owner(epw))
         body = authorized_keys_lines(extra.get("keys") or [])
-        w.write(path, merge_block(_old_text(path), "%s-%s" % (name, extra.get("name") or "extra"), body), 0o600,
-                _owner(epw), dir_mode=0o700)
+        block = "%s-%s" % (name, extra.get("name") or "extra")
+        ew.write(path, _merged(ew, path, lambda old, b=block, k=body: merge_block(old, b, k)), 0o600, _owner(epw),
+                 dir_mode=0o700)
+        w.files += ew.files
+        w.diffs += ew.diffs
     if p["known_hosts"] or p["known_hosts_path"]:
         path = p["known_hosts_path"] or os.path.join(ssh_dir, "known_hosts")
-        text, gone = render_known_hosts(_old_text(path), name, nodes, p["known_hosts_extra_names"])
+        text, gone = _merged(w, path, lambda old: render_known_hosts(old, name, nodes, p["known_hosts_extra_names"]))
         removed += gone
         w.write(path, text, 0o600 if p["known_hosts_path"] else 0o644, _owner(pw), dir_mode=0o700)
     if p["ssh_config"]:
         path = os.path.join(ssh_dir, "config")
         body = ssh_config_lines(nodes, pw.pw_name, p["identity_file"], _kex(module, p["kex_algorithms"]))
-        w.write(path, merge_block(_old_text(path), name, body), 0o600, _owner(pw), dir_mode=0o700)
+        w.write(path, _merged(w, path, lambda old: merge_block(old, name, body)), 0o600, _owner(pw), dir_mode=0o700)
     if p["hosts_file"]:
         path = p["hosts_file"]
         hosts_pw = pwd.getpwuid(0) if os.getuid() == 0 else None
-        w.write(path, merge_block(_old_text(path), name, etc_hosts_lines(nodes), position="start"), 0o644,
-                _owner(hosts_pw), unsafe_writes=True, dir_mode=0o700)
+        hw = FileWriter(module)
+        hw.write(path, _merged(hw, path, lambda old: merge_block(old, name, etc_hosts_lines(nodes), position="start")),
+                 0o644, _owner(hosts_pw), unsafe_writes=True, dir_mode=0o700)
+        w.files += hw.files
+        w.diffs += hw.diffs
 
     result = dict(changed=any(f["changed"] for f in w.files), files=w.files, removed_known_hosts=removed, **identity)
     if module._diff and w.diffs:
         result["diff"] = w.diffs
-    module.exit_json(**result)
+    return result
 
 
 if __name__ == "__main__":

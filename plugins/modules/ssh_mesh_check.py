@@ -174,7 +174,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
+from ansible_collections.provision.cluster.plugins.module_utils.files import UnsafeFile, read_text, read_user_file
 from ansible_collections.provision.cluster.plugins.module_utils.landing import (
     LANDING_SCRIPT, landing_checks, landing_pair, parse_landing_report)
 from ansible_collections.provision.cluster.plugins.module_utils.mesh_audit import summarize
@@ -313,10 +313,21 @@ def main():
         ssh_dir = os.path.join(pw.pw_dir, ".ssh")
         key_file = p["key_file"] if os.path.isabs(p["key_file"]) else os.path.join(pw.pw_dir, p["key_file"])
         host_keys = [read_text(k, "").strip() for k in sorted(glob.glob(os.path.join(p["host_keys_dir"], "ssh_host_*_key.pub")))]
-        extra["summary"] = summarize(host_keys, read_text(key_file + ".pub", "").strip(), socket.gethostname(),
-                                     read_text(os.path.join(ssh_dir, "known_hosts"), ""),
-                                     read_text(os.path.join(ssh_dir, "authorized_keys"), ""),
-                                     read_text(os.path.join(ssh_dir, "config"), ""),
+
+        def mine(path):
+            # the user's files: root reads them through the home's fds, never through a link planted there
+            try:
+                return read_user_file(pw, path, "")
+            except UnsafeFile as exc:
+                checks.append({"check": "ssh files of %s on %s" % (pw.pw_name, p["source"]), "status": "fail",
+                               "detail": str(exc).split("; fix: ")[0],
+                               "fix": str(exc).split("; fix: ", 1)[-1]})
+                return ""
+
+        extra["summary"] = summarize(host_keys, mine(key_file + ".pub").strip(), socket.gethostname(),
+                                     mine(os.path.join(ssh_dir, "known_hosts")),
+                                     mine(os.path.join(ssh_dir, "authorized_keys")),
+                                     mine(os.path.join(ssh_dir, "config")),
                                      read_text(p["hosts_file"], ""), p["block_name"])
     module.exit_json(changed=False, row=row, cells={c["target"]: "ok" if c["ok"] else c["error"] for c in row},
                      failed_cells=failed, checks=checks, reports=reports, user=p["user"] or "", landing=landing,

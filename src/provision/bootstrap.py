@@ -319,13 +319,17 @@ def check_password_file(path: str | Path, st: os.stat_result, euid: int) -> None
 
 
 def read_password_file(path: str | Path) -> str:
+    """The password (first line), from the file opened once: the checks are made on what was opened
+    (fstat), so the file cannot be swapped between a check by name and the read. O_NONBLOCK: a FIFO
+    (a password piped in) opens without waiting; its read then waits for the writer."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         raise BootstrapError(f"cannot read password file {path}: {exc.strerror}") from exc
-    check_password_file(path, st, os.geteuid())
-    with open(path, encoding="utf-8") as handle:
-        password = handle.readline().rstrip("\r\n")
+    with os.fdopen(fd, "rb") as raw:
+        check_password_file(path, os.fstat(fd), os.geteuid())
+        os.set_blocking(fd, True)
+        password = raw.readline().decode("utf-8").rstrip("\r\n")
     if not password:
         raise BootstrapError(f"password file {path} is empty (the first line is the password)")
     return password

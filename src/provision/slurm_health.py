@@ -168,6 +168,32 @@ def health_environment() -> None:
     os.environ.setdefault("LANG", "C.UTF-8")
 
 
+def install_problems(prefix: str | None = None, packages: list[str] | None = None) -> list[str]:
+    """Why root must not run this installation of provision (issue 31): slurmd runs the health check as
+    root every HealthCheckInterval, so nothing it runs may be writable by another user (the training
+    venv of an earlier version was the cluster user's). A venv or conda prefix is checked whole; a
+    system-wide install, the packages' own directories. [] when only root could have written it."""
+    import sys
+
+    from provision.ansible import collection_module
+    from provision.paths import collections_dir
+
+    env = collection_module("python_env")
+    prefix = prefix or sys.prefix
+    if env.is_environment(prefix):
+        return env.untrusted(prefix)
+    if packages is None:
+        import ansible
+
+        import provision
+
+        packages = [os.path.dirname(provision.__file__), os.path.dirname(ansible.__file__), str(collections_dir())]
+    found: list[str] = []
+    for path in [os.path.realpath(sys.executable)] + packages:
+        found += [r for r in env.untrusted(path, walk=path in packages) if r not in found]
+    return found[:3]
+
+
 def _scontrol(argv: list[str]) -> str:
     exe = shutil.which(argv[0])
     if not exe:

@@ -219,3 +219,37 @@ def test_a_lab_network_this_machine_does_not_route_to_is_refused():
     lab_core.check_reachable("10.89.170.0/24", ROUTES)
     with pytest.raises(lab_core.LabError, match="no route to the lab network 10.89.171.0/24"):
         lab_core.check_reachable("10.89.171.0/24", ROUTES)
+
+
+@pytest.mark.parametrize("name", ["../../..", "/home/me", "..", ".hidden", "-x", "a/b", "a b", "x" * 64, ""])
+def test_one_name_rule_for_every_lab_command_and_down_never_leaves_the_labs_directory(name, tmp_path, monkeypatch):
+    """issue 31 item 4: `lab down --name ../../..` removed $HOME (the name is a directory under
+    ~/.cache/provision/labs/), an absolute name that directory. Every command refuses it, exit 2."""
+    from click.testing import CliRunner
+
+    from provision.cli import cli
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    monkeypatch.setattr(lab_core, "podman", lambda *a, **k: pytest.fail("podman ran for a bad name"))
+    monkeypatch.setattr(lab_core, "list_containers", lambda n: pytest.fail("podman ran for a bad name"))
+    for argv in (["down"], ["status"], ["up"], ["fault", "node2", "--clear"]):
+        res = CliRunner().invoke(cli, ["lab", *argv, "--name", name])
+        assert res.exit_code == 2 and "is not a lab name" in res.output, (argv, res.output)
+    res = CliRunner().invoke(cli, ["lab", "fault", "--clear", "--", name, "node2"])
+    assert res.exit_code == 2 and "is not a lab name" in res.output, res.output
+    for call in (lambda: lab_core.down(name), lambda: lab_core.status(name), lambda: lab_core.lab_state_dir(name),
+                 lambda: lab_core.LabSpec(name=name).check(), lambda: lab_core.fault(name, "node2", clear=True)):
+        with pytest.raises(lab_core.LabError, match="is not a lab name"):
+            call()
+    assert (victim / "keep").exists()
+
+
+def test_lab_names_that_stay_fine_and_the_inventory_plugin_applies_the_same_rule():
+    from ansible_collections.provision.cluster.plugins.inventory import lab as inv
+
+    for name in ("provlab", "t-trust", "sshit1a2b", "lab_2.x", "A" * 63):
+        assert lab_core.check_name(name) == name
+    assert inv.NAME_RULE == lab_core.NAME_RULE

@@ -13,6 +13,14 @@ class UsageError(click.UsageError):
     exit_code = EXIT_USAGE
 
 
+def _lab_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Every lab command's --name: one rule (lab_core.check_name), a usage error (exit 2) otherwise."""
+    try:
+        return lab_core.check_name(value)
+    except lab_core.LabError as exc:
+        raise UsageError(str(exc)) from None
+
+
 @click.group("lab")
 def command() -> None:
     """A local N-node lab of podman containers (nodes start bare, like fresh machines)."""
@@ -31,7 +39,7 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
 @command.command("up")
 @click.option("--nodes", "-n", default=lab_core.DEFAULT_NODES, show_default=True, type=int,
               help="Number of nodes.")
-@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME",
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME", callback=_lab_name,
               help="Lab name (several labs can coexist).")
 @click.option("--image", "flavour", default=None, type=click.Choice(sorted(lab_core.FLAVOURS)),
               help="Node image flavour: full (default; gcc, pdsh, venv, iproute2 in the image), minimal "
@@ -103,7 +111,7 @@ def lab_up(ctx: click.Context, nodes: int, name: str, flavour: str | None, relea
 
 
 @command.command("status")
-@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME")
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME", callback=_lab_name)
 @click.option("--json", "json_mode", is_flag=True, help="Machine-readable output.")
 def lab_status(name: str, json_mode: bool) -> None:
     """Show each node's name, container, addresses and state."""
@@ -116,7 +124,7 @@ def lab_status(name: str, json_mode: bool) -> None:
 
 
 @command.command("down")
-@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME")
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME", callback=_lab_name)
 def lab_down(name: str) -> None:
     """Remove every container and network of this lab, and nothing else."""
     term = Application()
@@ -170,7 +178,7 @@ def lab_forget(snapshot: str) -> None:
 
 @command.command("fault")
 @click.argument("target", nargs=-1, required=True, metavar="[LAB] NODE")
-@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME",
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME", callback=_lab_name,
               help="The lab, when not given before NODE.")
 @click.option("--rate", default=None, metavar="RATE", help="Limit the node's cluster link, e.g. 100mbit (tc tbf).")
 @click.option("--delay", default=None, metavar="TIME", help="Delay each packet on the cluster link, e.g. 5ms.")
@@ -188,6 +196,7 @@ def lab_fault(target: tuple[str, ...], name: str, rate: str | None, delay: str |
     if len(target) > 2:
         raise UsageError("give the node, optionally after the lab: provision lab fault [LAB] NODE --rate 100mbit")
     lab, node = (target[0], target[1]) if len(target) == 2 else (name, target[0])
+    _lab_name(click.get_current_context(), None, lab)
     if freeze and thaw:
         raise UsageError("--freeze and --thaw contradict each other; give one of them")
     with term.guard():

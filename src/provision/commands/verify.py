@@ -335,6 +335,15 @@ def _local(app: Application, checks: tuple[str, ...], extra_vars: list[str], tim
     """--local: this node's checks; --slurm-drain: and drain/resume it (provision.slurm_health)."""
     from provision import slurm_health
 
+    if os.geteuid() == 0:
+        # slurmd runs this as root: it must not run code another user could write (issue 31)
+        problems = slurm_health.install_problems()
+        if problems:
+            app.abort(f"verify --local runs as root from an installation another user can write ({'; '.join(problems)}); "
+                      "fix: install provision in a root-owned venv of its own (docs/slurm.md: python3 -m venv "
+                      "/opt/provision-health && /opt/provision-health/bin/pip install provision)",
+                      code=slurm_health.EXIT_ERROR)
+
     if not drain:
         with app.guard(), outputs.on_error():
             doc = core.verify_local(slurm_health.node_name(node_name), checks=checks, extra_vars=extra_vars,

@@ -34,7 +34,8 @@ from pathlib import Path
 from provision.paths import cache_dir
 
 from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT, LABEL_OS, LABEL_RECIPE,
-                    LABEL_ROLE, LABEL_RUN, LABEL_SIDE, LABEL_SNAPSHOT, LabError, _run, machine_lock, podman)
+                    LABEL_ROLE, LABEL_RUN, LABEL_SIDE, LABEL_SNAPSHOT, NAME_RULE, LabError, _run, check_name,
+                    machine_lock, podman)
 from . import faults as faults_mod
 from . import mirror as mirror_mod
 from . import slurm as slurm_mod
@@ -43,8 +44,8 @@ from .images import (FLAVOURS, INITS, RECIPE_VERSION, RELEASES, SUITE, build_ima
 
 __all__ = [
     "LABEL", "LABEL_ADDRESS", "LABEL_FLAVOUR", "LABEL_INDEX", "LABEL_INIT", "LABEL_OS", "LABEL_RECIPE",
-    "LABEL_ROLE", "LABEL_SIDE", "FLAVOURS", "INITS", "RECIPE_VERSION", "RELEASES", "SUITE", "LabError",
-    "LabSpec", "Node", "build_image", "check_image_args", "down", "image_exists", "image_tag", "podman",
+    "LABEL_ROLE", "LABEL_SIDE", "FLAVOURS", "INITS", "NAME_RULE", "RECIPE_VERSION", "RELEASES", "SUITE", "LabError",
+    "LabSpec", "Node", "build_image", "check_image_args", "check_name", "down", "image_exists", "image_tag", "podman",
     "fault", "recipe", "setup_host", "status", "up", "wait_booted",
 ]
 
@@ -117,6 +118,7 @@ class LabSpec:
 
     def check(self) -> None:
         """Everything that can be wrong with the spec, before anything starts."""
+        check_name(self.name)
         if not 1 <= self.nodes <= MAX_NODES:
             raise LabError(f"--nodes must be between 1 and {MAX_NODES}, got {self.nodes}")
         if len(self.os) not in (1, self.nodes):
@@ -318,6 +320,7 @@ def _nodes_of(containers: list[dict]) -> list[dict]:
 
 
 def status(name: str = DEFAULT_NAME) -> dict:
+    check_name(name)
     nodes = []
     containers = list_containers(name)
     active = faults_mod.active(name, _nodes_of(containers))
@@ -578,6 +581,7 @@ def _remove_node(lab: str, idx: int, cname: str, *, log=print) -> None:
 
 def down(name: str = DEFAULT_NAME, *, log=print) -> dict:
     """Remove every container and network this lab made, and nothing else."""
+    check_name(name)  # the name is also a directory under ~/.cache/provision/labs/, removed below
     removed = {"containers": [], "networks": []}
     faults_mod.stop_all(name)
     containers = [c["Names"][0] for c in list_containers(name)]
@@ -596,13 +600,14 @@ def down(name: str = DEFAULT_NAME, *, log=print) -> dict:
 
 def lab_state_dir(name: str) -> Path:
     """Per-lab controller-side state (known_hosts of the nodes)."""
-    path = cache_dir() / "labs" / name
+    path = cache_dir() / "labs" / check_name(name)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def fault(name: str, node: str, *, log=print, **kw) -> dict:
     """Apply or clear faults on one node of lab NAME (see faults.py); NODE is node2 or 2."""
+    check_name(name)
     idx = node[4:] if node.startswith("node") else node
     if not idx.isdigit():
         raise LabError(f"{node!r} is not a node; name it as node2 or 2")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import re
 import subprocess
 import time
 
@@ -25,6 +26,23 @@ LABEL_SNAPSHOT = "provision.lab.snapshot"
 
 class LabError(RuntimeError):
     """A lab operation failed; the message is one line naming the problem and the fix."""
+
+
+# One rule for every lab name, in every lab command (issue 31): the name becomes podman container and
+# network names (NAME-node1, NAME-side1: podman's own rule, [a-zA-Z0-9][a-zA-Z0-9_.-]*), a label value,
+# and a directory under ~/.cache/provision/labs/ that `lab down` removes: no '/', no leading '.' or '-'
+# (so never '..', an absolute path or an option), at most 63 characters. plugins/inventory/lab.py
+# applies the same expression (a test keeps the two equal).
+NAME_RULE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_NAME = re.compile(NAME_RULE)
+
+
+def check_name(name: str) -> str:
+    """name when it is a valid lab name, else LabError in one line with the rule and the fix."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise LabError(f"{name!r} is not a lab name: letters, digits, '_', '.' and '-', starting with a letter or "
+                       "digit, at most 63 characters (no '/', no '..'); fix: --name provlab or another such name")
+    return name
 
 
 def _run(argv: list[str], *, check: bool = True, input_text: str | None = None,

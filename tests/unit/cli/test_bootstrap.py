@@ -267,6 +267,25 @@ def test_read_password_file(tmp_path):
     assert bs.read_password_file(path) == "s3cret with spaces "
 
 
+def test_the_password_file_checked_is_the_one_read(tmp_path, monkeypatch):
+    """issue 31 item 11: the file was stat-ed, then opened again by name; one swapped in between (a
+    world-readable file, a link) was read although the checked one passed. Now it is opened once and
+    the checks are made on the open file."""
+    path, other = tmp_path / "pw", tmp_path / "other"
+    path.write_text("checked\n")
+    path.chmod(0o600)
+    other.write_text("swapped in\n")
+    other.chmod(0o644)
+    checked = bs.check_password_file
+
+    def check_then_swap(p, st, euid):
+        checked(p, st, euid)
+        os.replace(other, path)          # what another process can do between the check and the open
+
+    monkeypatch.setattr(bs, "check_password_file", check_then_swap)
+    assert bs.read_password_file(path) == "checked"
+
+
 # ---------------------------------------------------------------- inventory
 
 def test_targets_from_static_inventory():

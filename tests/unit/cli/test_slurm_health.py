@@ -5,6 +5,7 @@ checks faked). The lab test (tests/integration/test_lab_slurm_jobs.py) runs it u
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -206,3 +207,23 @@ def test_catalog_local_expansion_leaves_out_ssh_checks():
     cat = core.catalog()
     assert "landing" in cat.expand(["runtime"]) and "landing" not in cat.expand(["runtime"], local=True)
     assert all(cat.BY_NAME[n].local for n in cat.LOCAL_DEFAULT)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a tree of another uid needs root")
+def test_the_health_check_refuses_an_installation_another_user_can_write(tmp_path, monkeypatch):
+    """issue 31 item 2: slurmd runs the health check as root every interval; an install of provision in
+    the training user's venv (what docs/slurm.md used to show) would run that user's code as root."""
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11" / "site-packages" / "provision").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    init = venv / "lib" / "python3.11" / "site-packages" / "provision" / "__init__.py"
+    init.write_text("")
+    assert H.install_problems(str(venv)) == []
+    os.lchown(init, 65534, 65534)
+    assert H.install_problems(str(venv)) == [f"{init} is owned by uid 65534"]
+    monkeypatch.setattr(H, "install_problems", lambda: [f"{init} is owned by uid 65534"])
+    monkeypatch.setattr(core, "verify_local", lambda node, **kw: pytest.fail("the checks ran"))
+    res = CliRunner().invoke(cli, ["verify", "--local", "--slurm-drain", "--node-name", "node2"])
+    assert res.exit_code == 2, res.output
+    assert f"installation another user can write ({init} is owned by uid 65534); fix: install provision in a root-owned venv" \
+        in " ".join(res.output.split())

@@ -269,6 +269,87 @@ def test_ring_probe_sends_both_ways_at_once_on_loopback():
     assert all(link["gbps"] > 0 and link["bytes"] > 0 and "error" not in link for link in out[0])
 
 
+def test_the_ring_probe_lets_in_only_the_previous_nodes_address():
+    """issue 31 item 10: the receiving side took whoever connected first. A stranger (here from 127.0.0.2)
+    that connects first is turned away and named; the peer's own connection is the one measured."""
+    srv = worker._bind("127.0.0.1")
+    srv.listen(8)
+    srv.settimeout(20)
+    port = srv.getsockname()[1]
+    got = {}
+    receiver = threading.Thread(target=lambda: got.update(worker._receive(srv, 0.2, sender="127.0.0.1")))
+    receiver.start()
+    import socket
+
+    stranger = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
+    stranger.sendall(b"x" * 100)
+    time.sleep(0.2)
+    peer = socket.create_connection(("127.0.0.1", port))
+    peer.sendall(b"y" * (4 << 20))
+    peer.close()
+    receiver.join(30)
+    stranger.close()
+    assert got["refused"] == ["127.0.0.2"] and got["bytes"] > 0, got
+    assert worker.peer_matches("::ffff:10.0.0.2", "10.0.0.2") and not worker.peer_matches("10.0.0.3", "10.0.0.2")
+    assert worker.peer_matches("10.0.0.9", None) and worker.peer_matches("127.0.0.1", "localhost")
+
+
+def test_the_rendezvous_store_listens_on_the_cluster_address_only():
+    """issue 31 item 10: the master's TCPStore listened on every interface, unauthenticated. Its socket is
+    bound to cluster_master_addr when this node holds it, else to the node's cluster address."""
+    import errno
+    import socket
+
+    sock, bound = worker.store_socket(["192.0.2.77", "127.0.0.1"], 0)   # a VIP elsewhere, then our address
+    try:
+        assert bound == "127.0.0.1" and sock.getsockname()[0] == "127.0.0.1"
+        with pytest.raises(OSError) as held:
+            worker.store_socket(["127.0.0.1"], sock.getsockname()[1])
+        assert held.value.errno == errno.EADDRINUSE and "Address already in use" in worker.one_line(held.value)
+    finally:
+        sock.close()
+    with pytest.raises(OSError, match="cannot bind the rendezvous store to 192.0.2.77"):
+        worker.store_socket(["192.0.2.77"], 0)
+    six = socket.has_ipv6 and worker.interface_of("::1") == "lo"
+    if six:
+        sock6, bound6 = worker.store_socket(["::1"], 0)
+        assert bound6 == "::1" and sock6.family == socket.AF_INET6
+        sock6.close()
+
+
+def test_two_ranks_meet_on_a_store_bound_to_the_cluster_address(tmp_path):
+    """The worker itself, two ranks (two nodes of one process each) on loopback with gloo: the master's
+    store is handed the bound socket (TCPStore master_listen_fd), both ranks get the exact sum, and the
+    ring probe measures both links."""
+    pytest.importorskip("torch.distributed")
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    procs = []
+    for node in (0, 1):
+        run_dir = tmp_path / f"n{node}"
+        run_dir.mkdir()
+        cfg = {"run_dir": str(run_dir), "run_id": "t", "master_addr": "127.0.0.1", "master_port": port,
+               "node_rank": node, "nnodes": 2, "address": "127.0.0.1", "sizes": [1 << 16], "warmup": 1, "iters": 2,
+               "tcp_probe_seconds": 0.2, "rendezvous_timeout": 60, "collective_timeout": 60}
+        (run_dir / "config.json").write_text(json.dumps(cfg))
+        procs.append(subprocess.Popen([sys.executable, worker.__file__, "rank", str(run_dir / "config.json"), "0",
+                                       "gloo", "1"], cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      env={"PATH": "/usr/bin:/bin", "GLOO_SOCKET_IFNAME": "lo", "HOME": str(tmp_path)}))
+    try:
+        outs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    ranks = [json.loads((tmp_path / f"n{n}" / "rank0.json").read_text()) for n in (0, 1)]
+    assert all(r["ok"] for r in ranks), (ranks, outs)
+    assert ranks[0]["store_bound"] == "127.0.0.1" and "store_bound" not in ranks[1]
+    assert len(ranks[0]["tcp_ring"]) == 2 and all(link["gbps"] > 0 for link in ranks[0]["tcp_ring"])
+
+
 def test_summarize_without_results_fails():
     result = ar.summarize([{"host": "node1", "missing": "no result"}], master_addr="a", master_port=1)
     assert result["status"] == "fail" and result["failures"][0]["check"] == "worker"
@@ -278,6 +359,15 @@ def test_summarize_without_results_fails():
 def test_interface_of_loopback():
     assert worker.interface_of("127.0.0.1") == "lo"
     assert worker.interface_of("192.0.2.123") is None
+
+
+def test_interface_of_an_ipv6_address():
+    """issue 31 item 11: the worker was AF_INET only. A lab node's /proc/net/if_inet6 (tests/fixtures/netenv)."""
+    table = str(helpers.FIXTURES / "netenv" / "lab-full" / "node1" / "proc-net-if_inet6.txt")
+    assert worker.interface_of("fe80::a884:ff:fea4:7357", proc_net=table) == "eth1"
+    assert worker.interface_of("::1", proc_net=table) == "lo"
+    assert worker.interface_of("fd00::3", proc_net=table) is None
+    assert worker.interface_of("not-an-address") is None
 
 
 def test_worker_one_line_keeps_the_message():
@@ -403,3 +493,17 @@ def test_ranks_follow_the_inventory_order_after_the_master(tmp_path):
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.ini"),
                            str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_the_smoke_is_started_as_the_cluster_user_never_as_another(tmp_path):
+    """issue 31 item 2: run as root for a non-root cluster user, the workers sourced root's ~/.bashrc and
+    ran as root; the role runs the module as the cluster user, and the module refuses any other."""
+    import pwd
+
+    me = pwd.getpwuid(__import__("os").getuid()).pw_name
+    other = "nobody" if me != "nobody" else "root"
+    res = helpers.run_module("allreduce_smoke", {"state": "started", "run_id": "run", "run_root": str(tmp_path / "r"),
+                                                 "user": other, "config": {"master_addr": "127.0.0.1", "node_rank": 0,
+                                                                           "nnodes": 1, "master_port": 29999}})
+    assert res.get("failed") and res["msg"].startswith(f"allreduce_smoke runs as the cluster user {other}, not as {me}")
+    assert f"source {me}'s ~/.bashrc" in res["msg"] and not (tmp_path / "r").exists()

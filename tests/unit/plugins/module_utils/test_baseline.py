@@ -106,3 +106,21 @@ def test_a_drop_at_a_latency_bound_size_warns_and_a_drop_at_a_large_size_fails()
     slower["rows"][1]["busbw"] = 0.1
     (c,) = B.compare(base, slower, "n1")
     assert c["status"] == "fail" and "1048576 B: 0.1 GB/s, 50% below 0.2" in c["detail"]
+
+
+def test_saving_never_writes_through_a_link_planted_at_a_predictable_temporary_name(tmp_path):
+    """issue 31 item 11: the baseline was written to `path.PID.tmp`, then renamed; a link planted at that
+    name (the controller's pid is visible to every user) sent the write to the link's target."""
+    import json
+    import os
+
+    from ansible_collections.provision.cluster.plugins.action.verify_report import ActionModule
+
+    path = tmp_path / "baseline.json"
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    (tmp_path / f"baseline.json.{os.getpid()}.tmp").symlink_to(victim)
+    out = ActionModule._baseline(None, GREEN, {"baseline": str(path), "save_baseline": True}, "n1")
+    assert out["saved"] is True and victim.read_text() == "keep me\n"
+    assert json.loads(path.read_text())["schema"] == B.SCHEMA and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["baseline.json", "victim", f"baseline.json.{os.getpid()}.tmp"])

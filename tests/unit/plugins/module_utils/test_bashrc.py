@@ -114,9 +114,20 @@ def test_file_without_trailing_newline_and_empty_file():
     assert br.remove_block(new) == text
 
 
-def test_unterminated_block_is_left_alone():
-    text = br.BEGIN + "\nexport X=1\n"
-    assert br.split_block(text) == (text, None, None)
+def test_markers_that_do_not_pair_are_refused_naming_the_line_and_the_users_lines_are_never_dropped():
+    # a BEGIN whose END the user deleted, the user's own lines after it: placing our block, then placing
+    # it again, used to take everything from the stray BEGIN to our END as the old block
+    text = "# my aliases\n" + br.BEGIN + "\nexport MINE=1\nalias ll='ls -l'\n"
+    with pytest.raises(br.MarkerError, match=r"^line 2: .*has no .*# END provision managed environment.* fix: "):
+        br.place_block(text, BLOCK)
+    with pytest.raises(br.MarkerError, match=r"^line 1: .* has no .*BEGIN.* before it"):
+        br.split_block(br.END + "\nexport X=1\n")
+    with pytest.raises(br.MarkerError, match=r"^line %d: a second .* \(the first is at line 1\)" % (len(BLOCK.splitlines()) + 2)):
+        br.remove_block(BLOCK + "x\n" + BLOCK)
+    with pytest.raises(br.MarkerError, match=r"comes before its"):
+        br.split_block(br.END + "\nx\n" + br.BEGIN + "\n")
+    with pytest.raises(br.MarkerError):
+        br.deepspeed_keys_of(text)
 
 
 def test_render_is_deterministic_and_bash_reads_exact_values(tmp_path):

@@ -147,3 +147,54 @@ def test_cluster_master_addr_overrides_the_masters_cluster_address():
     assert plain["master_addr"] == "10.0.0.1"
     override = plan_from_hostvars(hostvars, ["a", "b"], master_addr="192.168.7.1")["plan"]
     assert (override["master"], override["master_addr"]) == ("a", "192.168.7.1")
+
+
+@pytest.mark.parametrize("address, expect", [
+    ("10.0.0.3; reboot", "node2: cluster address 10.0.0.3; reboot is neither an IP address nor an RFC 1123 host name"),
+    ("node2\n    ProxyCommand touch /tmp/x",
+     "node2: cluster address 'node2\\n    ProxyCommand touch /tmp/x' is neither an IP address nor"),
+    ("$(reboot)", "node2: cluster address $(reboot) is neither"),
+    ("[fd00::2]", "node2: cluster address [fd00::2] is an address in brackets: write it without them"),
+    ("-oProxyCommand=x", "node2: cluster address -oProxyCommand=x is neither"),
+])
+def test_an_address_that_is_not_one_is_refused_in_one_line(address, expect):
+    """issue 31 item 7: what reaches ~/.ssh/config, /etc/hosts and a shell task is an address or a name."""
+    problems, _ = validate_inventory(hosts("10.0.0.1", address))
+    assert len(problems) == 1 and problems[0].startswith(expect) and "fix:" in problems[0], problems
+    assert "\n" not in problems[0]
+
+
+def test_names_addresses_and_users_that_are_fine():
+    ok = [{"name": "gpu-a100-01.example.com", "address": "fd00::2"}, {"name": "n2", "address": "10.0.0.2"},
+          {"name": "10.0.0.3", "address": "10.0.0.3"}, {"name": "node4", "address": "node4.cluster.local."}]
+    assert validate_inventory(ok, master_addr="10.0.0.9", user="trainer_1")[0] == []
+
+
+def test_an_inventory_name_a_master_address_or_a_user_that_is_not_one_is_refused():
+    problems, _ = validate_inventory([{"name": "bad name", "address": "10.0.0.1"}, {"name": "n_2", "address": "10.0.0.2"}],
+                                     master_addr="1.2.3.4 -x", user="x;reboot")
+    assert problems[0].startswith("bad name: the inventory name is not an RFC 1123 host name")
+    assert problems[1].startswith("n_2: the inventory name is not an RFC 1123 host name")
+    assert "cluster: cluster_master_addr 1.2.3.4 -x is neither" in problems[2]
+    assert problems[3].startswith("cluster: cluster_user x;reboot is not a user name") and "fix:" in problems[3]
+    hostvars = {"a": {"ansible_host": "10.0.0.1"}}
+    assert plan_from_hostvars(hostvars, ["a"], user="$(id)")["problems"][0].startswith("cluster: cluster_user $(id)")
+
+
+def test_a_package_mirror_needs_a_keyring_or_an_explicit_insecure_flag_that_is_warned_about():
+    """issue 31 item 5: a mirror outside the lab defaulted to [trusted=yes] over plain HTTP."""
+    base = {"ansible_host": "10.0.0.1", "cluster_package_mirror": "http://10.0.0.5/debian"}
+    unsigned = plan_from_hostvars({"a": dict(base), "b": dict(base, ansible_host="10.0.0.2")}, ["a", "b"])
+    assert unsigned["problems"] == [
+        "cluster (all 2 nodes): the package mirror http://10.0.0.5/debian has no packages_mirror_keyring: apt would "
+        "install unsigned packages from it as root; fix: set packages_mirror_keyring to the keyring that signs its "
+        "Release file, or cluster_package_mirror_insecure: true for a mirror on a network you control"]
+    signed = plan_from_hostvars({"a": dict(base, packages_mirror_keyring="files/m.gpg")}, ["a"], stages=["packages"])
+    assert signed["problems"] == [] and signed["warnings"] == []
+    insecure = plan_from_hostvars({"a": dict(base, cluster_package_mirror_insecure=True)}, ["a"], stages=["packages"])
+    assert insecure["problems"] == [] and insecure["warnings"][0].startswith(
+        "a: the package mirror http://10.0.0.5/debian is trusted unsigned (cluster_package_mirror_insecure: true)")
+    bad = plan_from_hostvars({"a": dict(base, cluster_package_mirror="http://x/ ./\ndeb [trusted=yes] http://evil")},
+                             ["a"], stages=["packages"])
+    assert bad["problems"][0].startswith("a: cluster_package_mirror 'http://x/ ./\\ndeb [trusted=yes] http://evil' is not")
+    assert plan_from_hostvars({"a": {"ansible_host": "10.0.0.1"}}, ["a"])["warnings"] == []

@@ -121,8 +121,12 @@ def test_plan_present_install_repo_and_runfile():
     assert el["repo"]["repo_file"].endswith("/repos/rhel9/x86_64/cuda-rhel9.repo")
     run = G.toolkit_plan(FACTS_H100, version="12.4", source="runfile",
                          runfile="/srv/cuda_12.4.1_550.54.15_linux.run")
-    assert run["argv"] == ["sh", "/tmp/cuda_12.4.1_550.54.15_linux.run", "--silent", "--toolkit",
-                           "--toolkitpath=/usr/local/cuda-12.4", "--no-man-page", "--override"]
+    # issue 31 item 3: not a predictable /tmp name root then runs, but a root-only directory, which the
+    # installer also extracts into (--tmpdir)
+    assert run["argv"] == ["sh", "/var/lib/provision/cuda-runfile/cuda_12.4.1_550.54.15_linux.run", "--silent",
+                           "--toolkit", "--toolkitpath=/usr/local/cuda-12.4", "--no-man-page", "--override",
+                           "--tmpdir=/var/lib/provision/cuda-runfile"]
+    assert run["runfile_dir"] == "/var/lib/provision/cuda-runfile" and not any("/tmp/" in a for a in run["argv"])
     assert "--driver" not in run["argv"]
     assert G.toolkit_plan(FACTS_H100, version="12.4", source="runfile")["action"] == "refuse"
 

@@ -141,3 +141,36 @@ def test_ssh_config_kex_line_per_host_only_when_given():
     with_kex = ssh_mesh.ssh_config_lines(NODES, "root", "~/.ssh/id_ed25519", ["curve25519-sha256", "x"])
     assert with_kex.count("    KexAlgorithms curve25519-sha256,x") == len(NODES)
     assert not any("KexAlgorithms" in line for line in ssh_mesh.ssh_config_lines(NODES, "root", "~/.ssh/id_ed25519"))
+
+
+def test_markers_that_do_not_pair_are_refused_and_the_users_keys_are_never_dropped():
+    """issue 31 item 8: a BEGIN whose END was deleted; the next run appended a new block, the run after
+    it took everything from the stray BEGIN to the new END as the block: the user's keys were gone."""
+    mine = "ssh-ed25519 AAAAmine me@laptop"
+    stray = "# BEGIN provision.cluster c\n" + mine + "\n"
+    with pytest.raises(ssh_mesh.MarkerError, match=r"^line 1: .* has no '# END provision.cluster c' after it; fix:"):
+        ssh_mesh.merge_block(stray, "c", ["a"])
+    with pytest.raises(ssh_mesh.MarkerError, match=r"^line 2: .*# END provision.cluster c.* has no .* before it"):
+        ssh_mesh.merge_block(mine + "\n# END provision.cluster c\n", "c", ["a"])
+    twice = ssh_mesh.merge_block("", "c", ["a"]) + mine + "\n" + ssh_mesh.merge_block("", "c", ["a"])
+    with pytest.raises(ssh_mesh.MarkerError, match=r"^line 5: a second"):
+        ssh_mesh.render_known_hosts(twice, "c", NODES)
+    # another cluster's block is not ours and does not count
+    other = ssh_mesh.merge_block("", "d", ["x"])
+    assert ssh_mesh.merge_block(other, "c", ["a"]).startswith(other)
+
+
+def test_node_records_with_names_that_would_inject_lines_are_refused():
+    good = dict(NODES[0], aliases=["[203.0.113.7]:22", "login1"])
+    assert ssh_mesh.node_problems(good) == []
+    bad = dict(NODES[0], hostname="node1\n    ProxyCommand sh -c x", address="10.0.0.3; reboot", port="22x",
+               user="root\nHost *", aliases=["a b"])
+    problems = ssh_mesh.node_problems(bad)
+    assert [p.split(" ", 2)[1] for p in problems] == ["hostname", "address", "port", "user", "alias"], problems
+    assert all("\n" not in p and p.startswith("node1: ") for p in problems)
+
+
+def test_a_key_line_that_is_not_one_is_not_written():
+    assert ssh_mesh.normalize_key(K1 + " c") == K1
+    assert ssh_mesh.normalize_key("ssh-ed25519 AAAA;rm") is None
+    assert ssh_mesh.authorized_keys_lines(['command="x" ssh-ed25519 AAAA', K1]) == [K1]
