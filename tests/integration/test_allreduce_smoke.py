@@ -93,8 +93,9 @@ def test_master_port_held_fails_fast_naming_the_holder(lab):
         holder = next((ln.split()[0] for ln in ps.splitlines() if marker in ln), "")
         time.sleep(bounds.POLL_STEP)
     assert holder, "the listener did not start"
-    node_exec(lab.name, 1, "i=0; until grep -q ':7394 .* 0A ' /proc/net/tcp || [ $i -ge 300 ]; do sleep 0.2; i=$((i+1)); done; "
-                           "grep -q ':7394 .* 0A ' /proc/net/tcp")   # 29500 = 0x7394, LISTEN = 0A
+    # until it listens (29500 = 0x733C, LISTEN = 0A)
+    node_exec(lab.name, 1, f"i=0; until grep -q ':733C .* 0A ' /proc/net/tcp || [ $i -ge {int(bounds.POLL / bounds.POLL_STEP)} ]; "
+                           f"do sleep {bounds.POLL_STEP}; i=$((i+1)); done; grep -q ':733C .* 0A ' /proc/net/tcp")
     try:
         outer = 600
         res = smoke(lab, allreduce_smoke_timeout=outer)
