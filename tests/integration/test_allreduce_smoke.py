@@ -128,11 +128,11 @@ def test_outer_timeout_kills_every_worker(lab):
     # 300 s for it: the outer timeout (20 s) must end that wait and kill the master's whole group
     res = smoke(lab, cluster_master_addr=side, allreduce_smoke_rendezvous_timeout=300, allreduce_smoke_timeout=20)
     assert res.rc != 0, res
-    master = json.loads(node_exec(lab.name, 1, "cat /root/.cache/provision/allreduce/run/status.json").stdout)
-    assert master["state"] == "timeout", master          # ended by the outer timeout, not by rendezvous
-    assert master["timeout"] == 20 and master["elapsed"] < 300, master
-    peer = json.loads(node_exec(lab.name, 2, "cat /root/.cache/provision/allreduce/run/status.json").stdout)
-    assert peer["state"] == "failed", peer
+    # both waits (the master for node2, node2's connect retries) were ended by the outer timeout, not by
+    # the rendezvous bound
+    for node in (1, 2):
+        status = json.loads(node_exec(lab.name, node, "cat /root/.cache/provision/allreduce/run/status.json").stdout)
+        assert status["state"] == "timeout" and status["timeout"] == 20 and status["elapsed"] < 300, (node, status)
     # the report names the cause (node2 cannot reach the master), not the master's wait
     assert f"node2: cannot reach the master {side}:29500: no route" in res.output, res
     assert [f["check"] for f in result_file(lab)["failures"]] == ["peer_unreachable"]

@@ -28,7 +28,8 @@ def installed(tmp_path_factory):
 
 
 def _run(venv, *argv, cwd, **kw):
-    env = {k: v for k, v in os.environ.items() if k not in ("PROVISION_CONTENT_ROOT", "VIRTUAL_ENV")}
+    # the installed copy alone: no checkout on the import path (PYTHONPATH) or as the content root
+    env = {k: v for k, v in os.environ.items() if k not in ("PROVISION_CONTENT_ROOT", "VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
     return subprocess.run([str(venv / "bin" / argv[0]), *argv[1:]], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=bounds.COMMAND, **kw)
