@@ -1,7 +1,7 @@
 """provision verify on a real converged lab: green when healthy; each fault of the seeds breaks one
 node, verify exits 1 naming that node, that check and the fix, within 60 s, and changes nothing.
 
-All tests share the session's converged lab (tests/conftest.py `converged`); each fault is
+All tests share the session's converged lab (tests/conftest.py `scratch_lab`); each fault is
 restored before its test ends. PROVISION_VERIFY_LAB=<name> runs them on a lab you converged yourself
 (PROVISION_VERIFY_INVENTORY=<path> with it when that lab needs another inventory than inventory/lab/).
 """
@@ -44,7 +44,7 @@ def lab(request):
         existing = Existing()
         existing.name, existing.nodes = name, 2
         return existing
-    return request.getfixturevalue("converged")
+    return request.getfixturevalue("scratch_lab")   # the faults are undone, but not to the byte: the next module resets
 
 
 INVENTORY = os.environ.get("PROVISION_VERIFY_INVENTORY") or str(LAB_INVENTORY)
