@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bounds  # noqa: E402
+import helpers  # noqa: E402
 import snapshots  # noqa: E402
 from helpers import FIXTURES, STRICT, lab_cmd, lab_name, podman_available  # noqa: E402
 
@@ -41,6 +42,7 @@ class Lab:
         self.snapshot: str | None = None   # the snapshot reset() brings back
         self.first_run = None              # site.yml's fresh run, when this session made the lab
         self.dirty = False                 # a test module left it changed: reset() before the next one
+        self.readme = None                 # the README's lab block, when it made this lab (_converged)
 
     def up(self) -> "Lab":
         # a fresh lab: nodes left over from an interrupted run are not bare any more
@@ -80,9 +82,11 @@ def lab_factory():
         lab.down()
 
 
-def _converged(lab_factory, short: str, nodes: int, timeout: float) -> Lab:
+def _converged(lab_factory, short: str, nodes: int, timeout: float, *, readme: bool = False) -> Lab:
     """A lab of NODES on which site.yml ran green, from its snapshot when one exists for exactly this
-    content (tests/snapshots.py), else fresh: site.yml on new nodes, then saved as that snapshot."""
+    content (tests/snapshots.py), else fresh: site.yml on new nodes, then saved as that snapshot.
+    README: the fresh run is the README's runnable lab block itself, as a newcomer types it (up to its
+    `provision lab down`): the suite's fresh 2-node run and the README's test are one run."""
     from helpers import run_playbook
 
     lab = lab_factory(lab_name(short), nodes=nodes, up=False)
@@ -91,8 +95,13 @@ def _converged(lab_factory, short: str, nodes: int, timeout: float) -> Lab:
         lab.snapshot = snapshot
         lab.reset()
         return lab
-    lab.up()
-    first = run_playbook("site.yml", lab_name=lab.name, timeout=timeout)
+    if readme:
+        lab_cmd("down", lab_name=lab.name, check=False, timeout=bounds.LAB_UP)
+        lab.readme = helpers.readme_lab_block(lab.name, until="provision lab down", timeout=timeout)
+        first = next(step["result"] for step in lab.readme if step["command"].startswith("ansible-playbook site.yml"))
+    else:
+        lab.up()
+        first = run_playbook("site.yml", lab_name=lab.name, timeout=timeout)
     assert first.rc == 0, first
     lab.first_run = first
     snapshots.forget_older(lab_name(short), keep=snapshot)
@@ -104,7 +113,7 @@ def _converged(lab_factory, short: str, nodes: int, timeout: float) -> Lab:
 def converged_lab(lab_factory):
     """A 2-node lab on which site.yml ran green (tests/snapshots.py: from a snapshot when one exists for
     this content). Use it through `converged` (tests that leave it as they found it) or `scratch_lab`."""
-    return _converged(lab_factory, "site", 2, bounds.SITE_FRESH)
+    return _converged(lab_factory, "site", 2, bounds.SITE_FRESH, readme=True)
 
 
 @pytest.fixture(scope="module")

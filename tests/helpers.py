@@ -230,3 +230,29 @@ def torch_wheelhouse() -> Path:
         if proc.returncode != 0:
             cannot_run(f"cannot build a torch 2.13.0 wheelhouse on the controller: {proc.stderr[-300:]}")
     return TORCH_WHEELHOUSE
+
+
+def readme_lab_block(lab: str, *, until: str | None = None, only: str | None = None,
+                     timeout: float = bounds.SITE_FRESH) -> list[dict]:
+    """The README's `<!-- runnable: lab -->` blocks, one command at a time, as a user runs them from the
+    checkout, with PROVISION_LAB_NAME=LAB (the commands and the lab inventory read it); stops before the
+    first command that starts with UNTIL; ONLY: runs just the commands that start with it.
+    -> [{command, line, result: PlaybookResult}]; the first command that fails ends it."""
+    from unit.test_docs import README, blocks
+
+    steps = []
+    for block in [b for b in blocks(README) if b["marker"] == "lab"]:
+        for offset, command in enumerate(block["code"].splitlines()):
+            command = command.split("#", 1)[0].strip()
+            if not command:
+                continue
+            if until and command.startswith(until):
+                return steps
+            if only and not command.startswith(only):
+                continue
+            proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=REPO, env=ansible_env(lab),
+                                  capture_output=True, text=True, timeout=timeout, check=False)
+            steps.append({"command": command, "line": block["line"] + 1 + offset, "result": PlaybookResult(proc)})
+            if proc.returncode != 0:
+                return steps
+    return steps
