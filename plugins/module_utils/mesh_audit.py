@@ -36,10 +36,14 @@ from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import 
 def ring_targets(hosts, host, full=False):
     """The nodes ``host`` logs in to: every node with ``full``, else itself, its successor and the
     node half the ring away (fewer when the ring is short), in that order."""
-    hosts = list(hosts)
-    if full or host not in hosts:
-        return hosts
-    i, n = hosts.index(host), len(hosts)
+    hosts = hosts if isinstance(hosts, list) else list(hosts)
+    if full:
+        return list(hosts)
+    try:
+        i = hosts.index(host)
+    except ValueError:
+        return list(hosts)
+    n = len(hosts)
     out = []
     for step in (0, 1, n // 2):
         name = hosts[(i + step) % n]
