@@ -56,6 +56,7 @@ class Variables:
         self.task_vars = task_vars
         self.templar = templar
         self.loader = loader
+        self._hosts = {}  # host -> its hostvars view, read once per action run
 
     def __call__(self, name, default=None):
         if name in self.task_vars:
@@ -71,9 +72,16 @@ class Variables:
             return default
 
     def hostvar(self, host, name, default=None):
-        """Another host's variable (templated in its context), or default."""
+        """Another host's variable (templated in its context), or default.
+
+        hostvars[host] gathers every variable of that host (inventory, facts, registered results) each
+        time it is asked for: the view is kept for the action's run, which reads several of a host's
+        variables for every host of the play."""
         try:
-            value = self.task_vars["hostvars"][host].get(name)
+            view = self._hosts.get(host)
+            if view is None:
+                view = self._hosts[host] = self.task_vars["hostvars"][host]
+            value = view.get(name)
         except (KeyError, AnsibleUndefinedVariable):
             return default
         return default if value is None else value
