@@ -424,11 +424,13 @@ def ansible_part(args) -> dict:
     of every host's variables verify_report's action makes (plugin_utils.verify.Variables: 3 registered
     results and 4 connection variables per host), each host holding a verify_node_result of the
     synthetic size as a registered fact, and verify.yml's count of the nodes that answered
-    (__verify_answered: every host's result through hostvars), templated once."""
+    (__verify_answered: every host's result through hostvars), templated once, and the ssh_mesh role's
+    node records (__ssh_mesh_nodes: every host's registered identity through hostvars), templated once:
+    what one host's task pays for them (the role's tasks that take them template them on every host)."""
     out = {}
     bin_dir = Path(sys.executable).parent
     print(f"{'N':>6} {'ansible-inventory --list':>25} {'parse':>8} {'get_vars x N':>13} {'plan via hostvars':>18}"
-          f" {'verify_report reads':>19} {'answered count':>16}")
+          f" {'verify_report reads':>19} {'answered count':>16} {'ssh_mesh nodes':>18}")
     for n in args.nodes:
         with tempfile.TemporaryDirectory() as tmp:
             inv = Path(tmp) / "hosts.yml"
@@ -494,7 +496,21 @@ def ansible_part(args) -> dict:
                 "count = Templar(loader=loader, variables=v).template(answered)\n"
                 "t7 = time.process_time()\n"
                 "assert int(count) == len(hosts), count\n"
-                "print(json.dumps([t1 - t0, t2 - t1, t3 - t2, t5 - t4, t7 - t6]))\n")
+                "for i, h in enumerate(hosts):  # ssh_identity's node record, as the ssh_mesh role registers it\n"
+                "    vm.set_nonpersistent_facts(h.name, {'__ssh_mesh_identity': {'changed': False, 'node': {\n"
+                "        'name': h.name, 'hostname': h.name, 'address': '10.0.%d.%d' % (i >> 8, i & 255), 'port': 2222,\n"
+                "        'user': 'root', 'user_key': 'ssh-ed25519 AAAA' + 'x' * 64, 'host_keys': ['ssh-ed25519 AAAA' + 'y' * 64]}}})\n"
+                "mesh = \"{{ ansible_play_hosts | map('extract', hostvars, ['__ssh_mesh_identity', 'node']) | list }}\"\n"
+                "try:\n"
+                "    mesh = trust_as_template(mesh)\n"
+                "except NameError:\n"
+                "    pass\n"
+                "v['ansible_play_hosts'] = v['ansible_play_hosts_all']\n"
+                "t8 = time.process_time()\n"
+                "records = Templar(loader=loader, variables=v).template(mesh)\n"
+                "t9 = time.process_time()\n"
+                "assert len(records) == len(hosts)\n"
+                "print(json.dumps([t1 - t0, t2 - t1, t3 - t2, t5 - t4, t7 - t6, t9 - t8]))\n")
             result = Path(tmp) / "result.json"
             inp = Inputs(8)
             one = dict(inp.results[inp.names[1]])
@@ -504,11 +520,11 @@ def ansible_part(args) -> dict:
             proc = subprocess.run([sys.executable, "-c", code, str(inv), str(result)], env=env, capture_output=True,
                                   text=True, timeout=3600, check=False)
             assert proc.returncode == 0, proc.stderr[-3000:]
-            parse, get_vars, plan, reads, answered = json.loads(proc.stdout.strip().splitlines()[-1])
+            parse, get_vars, plan, reads, answered, mesh = json.loads(proc.stdout.strip().splitlines()[-1])
         out[n] = {"inventory_list_s": listed, "parse_s": parse, "get_vars_s": get_vars, "plan_via_hostvars_s": plan,
-                  "verify_report_reads_s": reads, "verify_answered_count_s": answered}
+                  "verify_report_reads_s": reads, "verify_answered_count_s": answered, "ssh_mesh_nodes_s": mesh}
         print(f"{n:>6} {listed:>24.2f}s {parse:>7.2f}s {get_vars:>12.2f}s {plan:>17.2f}s {reads:>18.2f}s"
-              f" {answered:>15.2f}s", flush=True)
+              f" {answered:>15.2f}s {mesh:>17.2f}s", flush=True)
     return out
 
 
