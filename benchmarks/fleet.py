@@ -4,8 +4,9 @@
 Every piece the controller computes from every node's inputs (issue 32, "The controller at fleet
 size"), timed on synthetic node sets of --nodes (default 8, 32, 1,000 and 4,096), each piece on its
 own: CPU time of the process (process_time, the best of --repeat runs; a shared machine's load
-moves wall time far more) and, in a further run, peak memory (tracemalloc: the Python objects the piece allocates, its inputs not counted). At the
-end, per piece, the growth from the second largest to the largest N as an exponent (time ~ N^k):
+moves wall time far more) and, in a further run, peak memory (tracemalloc: the Python objects the
+piece allocates, its inputs not counted; the inputs are kept out of the garbage collector's passes,
+gc.freeze). At the end, per piece, the growth from the second largest to the largest N as an exponent (time ~ N^k):
 N log N is k of about 1.13 between 1,000 and 4,096, N x N is 2; `>` marks a piece above 1.3.
 
     python benchmarks/fleet.py [--nodes 8 32 1000 4096] [--only PIECE ...] [--timeout 120] [--json OUT]
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gc
 import hashlib
 import json
 import math
@@ -366,14 +368,20 @@ def controller(args) -> dict:
                     "checks": len(inp.doc["checks"])}
         print(f"# N={n}: inputs built in {extra[n]['inputs_s']} s; one node's SSH file summary "
               f"{inp.summary_bytes / 1024:.0f} KiB as JSON; the document has {extra[n]['checks']} checks", flush=True)
-        for name, (note, fn) in pieces(inp).items():
+        todo = pieces(inp)
+        # the inputs stay out of the collector's passes: a full pass walks every live object, and the
+        # inputs of 4,096 nodes are millions of them, which would charge each piece for their number
+        gc.collect()
+        gc.freeze()
+        for name, (note, fn) in todo.items():
             if args.only and not any(o in name for o in args.only):
                 continue
             notes[name] = note
             secs, peak = measure(fn, args.timeout, args.repeat)
             results.setdefault(name, {})[n] = (secs, peak)
             print(f"  {name:<36} {fmt_s(secs):>10} {'-' if peak is None else f'{peak:.1f}':>8} MiB", flush=True)
-        del inp
+        gc.unfreeze()
+        del inp, todo
     sizes = list(args.nodes)
     print()
     head = f"{'piece':<36}" + "".join(f"{'N=' + str(n):>19}" for n in sizes) + "   growth"
