@@ -109,7 +109,7 @@ class ActionModule(ActionBase):
         # the ring's nodes (every node with verify_matrix: full); that every other name points at its
         # node's address is the mesh_files check's (~/.ssh/config, /etc/hosts) and nccl's (resolution)
         for h in ctx.ring():
-            node = ctx.var.hostvar(h, "verify_node_result") or {}
+            node = ctx.var.hostdata(h, "verify_node_result") or {}
             ident = ((node.get("data") or {}).get("runtime") or {}).get("identity")
             if ident:
                 peers.append(ident)

@@ -112,9 +112,9 @@ class ActionModule(ActionBase):
 
         nodes, rows, versions, gpus, data_of, reused_of = {}, {}, {}, {}, {}, {}
         for h in order:
-            node = var.hostvar(h, "verify_node_result") or {}
-            peers = var.hostvar(h, "verify_peers_result") or {}
-            reachable, why = _reach(node, var.hostvar(h, "verify_reach"))
+            node = var.hostdata(h, "verify_node_result") or {}
+            peers = var.hostdata(h, "verify_peers_result") or {}
+            reachable, why = _reach(node, var.hostdata(h, "verify_reach"))
             data = data_of[h] = node.get("data") or {}
             reused_of[h] = node.get("reused") or []
             records = list(node.get("checks") or []) + list(peers.get("checks") or [])
@@ -152,8 +152,8 @@ class ActionModule(ActionBase):
 
         allreduce, error = None, None
         if "smoke" in selected and order:
-            allreduce = var.hostvar(order[0], "allreduce_smoke_result")
-            error = var.hostvar(order[0], "verify_smoke_error")
+            allreduce = var.hostdata(order[0], "allreduce_smoke_result")
+            error = var.hostdata(order[0], "verify_smoke_error")
             if error and isinstance(allreduce, dict) and allreduce.get("status") != "fail":
                 allreduce = None  # an earlier run's result: this run failed before it had one
         if isinstance(allreduce, dict) and (args.get("baseline") or args.get("save_baseline")):

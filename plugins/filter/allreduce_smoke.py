@@ -134,7 +134,8 @@ def allreduce_smoke_isolated(result, rounds, nodes, reachable, timeout):
     reachable = list(reachable)
     verdict = isolation_verdict(reachable, rounds, timeout=float(timeout))
     failures = list(result.get("failures") or [])
-    missing = [n for n in nodes if n not in reachable]
+    answered = set(reachable)
+    missing = [n for n in nodes if n not in answered]
     for n in missing:
         if not any(f.get("check") == "bad_node" and f.get("node") == n for f in failures):
             failures.append(_unreachable_failure(n))
@@ -174,7 +175,8 @@ def _unreachable_failure(node):
 def allreduce_smoke_unreachable(nodes, reachable):
     """The result when some node did not answer before the run: no all-node run (the others would wait
     for it until their rendezvous timeout), each missing node named; the pairs then test the others."""
-    missing = [n for n in nodes if n not in list(reachable)]
+    answered = set(reachable)
+    missing = [n for n in nodes if n not in answered]
     result = {"status": "fail", "backend": None, "world_size": 0, "nodes": len(list(nodes)), "rows": [], "tcp": [],
               "tcp_ring": [], "links": [], "per_node": {}, "slow_links": [], "correct": False,
               "failures": [_unreachable_failure(n) for n in missing], "warnings": []}

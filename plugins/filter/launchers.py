@@ -49,7 +49,21 @@ def _header(header):
     return "".join("# %s\n" % line if line else "#\n" for line in str(header).splitlines())
 
 
+class _Checked(list):
+    """A node list _check() has passed, as launch_files hands it to each renderer, with its world size and
+    its slots per node: checked and counted once, not once per renderer (each reads every node)."""
+
+    def __init__(self, nodes):
+        super().__init__(nodes)
+        slots = [_slots(n) for n in self]
+        self.total = sum(slots)
+        counts = set(slots)
+        self.uniform = counts.pop() if len(counts) == 1 else None
+
+
 def _check(nodes):
+    if isinstance(nodes, _Checked):
+        return nodes
     if not nodes:
         raise LaunchError("no nodes: the group is empty")
     seen = set()
@@ -68,11 +82,15 @@ def _slots(node):
 
 def total_slots(nodes):
     """Number of processes of the whole job (world size)."""
+    if isinstance(nodes, _Checked):
+        return nodes.total
     return sum(_slots(n) for n in _check(nodes))
 
 
 def uniform_slots(nodes):
     """The slots per node when every node has the same number, else None."""
+    if isinstance(nodes, _Checked):
+        return nodes.uniform
     counts = {_slots(n) for n in _check(nodes)}
     return counts.pop() if len(counts) == 1 else None
 
@@ -345,6 +363,7 @@ def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DE
     """Every file of the launch directory for node NAME: {filename: {"content": str, "mode": "0644"}}.
 
     The scripts refer to the files next to them (wherever the directory is)."""
+    nodes = _Checked(_check(nodes))
     d = HERE
     env_file = "launch.env"
     files = {}

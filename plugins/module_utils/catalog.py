@@ -409,11 +409,8 @@ def _cluster_mesh_files(cc):
     peers = [{"name": h, "address": addr.get(h, h), "identity": (summaries.get(h) or {}).get("identity")}
              for h in cc.order]
     port, user = cc.plan.get("ssh_port") or 2222, cc.plan.get("user") or ""
-    out = []
-    for h in cc.order:
-        if h in summaries:
-            out += [dict(c, node=h) for c in mesh_audit.audit(h, summaries[h], peers, port, user)]
-    return out, {}
+    audited = mesh_audit.audit_all({h: summaries[h] for h in cc.order if h in summaries}, peers, port, user)
+    return [dict(c, node=h) for h, recs in audited.items() for c in recs], {}
 
 
 def _cluster_gpu_count(cc):

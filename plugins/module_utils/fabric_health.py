@@ -515,18 +515,18 @@ def cluster_link_layers(ports_by_node):
     if not used:
         return [C.skipped("ib_link_layer", "no node has an active RDMA port", n) for n in nodes]
     want = max(("InfiniBand", "Ethernet"), key=lambda layer: (used.count(layer), layer == "InfiniBand"))
+    wanted = used.count(want)  # once: counted for each node, it made the check N x N
     name = {"InfiniBand": "InfiniBand", "Ethernet": "RoCE (Ethernet)", None: "no active RDMA port"}
     out = []
     for n in nodes:
         have = chosen[n]
         data = {"category": "ib_link_layer", "value": have, "limit": want}
         if have == want:
-            out.append(C.passed("ib_link_layer", "%s, as on %d of %d node(s)" % (name[want], used.count(want),
-                                                                                 len(nodes)), n, data))
+            out.append(C.passed("ib_link_layer", "%s, as on %d of %d node(s)" % (name[want], wanted, len(nodes)), n,
+                                data))
             continue
         out.append(C.failed("ib_link_layer", "%s while %d other node(s) use %s: NCCL cannot run one RDMA network "
-                            "across all nodes (it falls back to TCP or hangs)" % (name[have], used.count(want),
-                                                                                  name[want]),
+                            "across all nodes (it falls back to TCP or hangs)" % (name[have], wanted, name[want]),
                             "bring up the same kind of port on every node (InfiniBand everywhere, or RoCE "
                             "everywhere), or pin NCCL_IB_HCA to ports of one kind on all nodes", n, data))
     return out

@@ -106,10 +106,14 @@ def verdict(nodes, rounds, tolerance=DEFAULT_TOLERANCE, reference=None, timeout=
                if len(nodes) < 3 else "no pair was healthy: not one bad node but the whole network (switch, MTU, "
                                       "firewall) or most nodes are affected")
         return {"bad": [], "cleared": [], "pairs": marked, "reference": ref, "summary": why}
+    pairs_of = {}  # node -> the marked pairs it was in, in their order (a scan of them per node is N x N)
+    for m in marked:
+        for n in dict.fromkeys(m["pair"]):
+            pairs_of.setdefault(n, []).append(m)
     for n in nodes:
         if n in good:
             continue
-        mine = [m for m in marked if n in m["pair"]]
+        mine = pairs_of.get(n, [])
         with_good = tested.get(n) or []
         if not mine:
             continue

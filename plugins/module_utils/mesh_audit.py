@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
@@ -35,10 +36,14 @@ from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import 
 def ring_targets(hosts, host, full=False):
     """The nodes ``host`` logs in to: every node with ``full``, else itself, its successor and the
     node half the ring away (fewer when the ring is short), in that order."""
-    hosts = list(hosts)
-    if full or host not in hosts:
-        return hosts
-    i, n = hosts.index(host), len(hosts)
+    hosts = hosts if isinstance(hosts, list) else list(hosts)
+    if full:
+        return list(hosts)
+    try:
+        i = hosts.index(host)
+    except ValueError:
+        return list(hosts)
+    n = len(hosts)
     out = []
     for step in (0, 1, n // 2):
         name = hosts[(i + step) % n]
@@ -131,15 +136,26 @@ def parse_hosts(text):
 def summarize(host_keys, user_key, hostname, known_hosts, authorized_keys, ssh_config, hosts, block):
     """What the controller needs of one node: its own identity, and its files as fingerprints."""
     begin = markers(block)[0]
-    return {
-        "identity": {"host_keys": [fp for fp in (fingerprint(k) for k in host_keys) if fp],
-                     "user_key": fingerprint(user_key or ""), "hostname": hostname},
+    files = {
         "known_hosts": parse_known_hosts(known_hosts),
         "authorized_keys": parse_authorized_keys(authorized_keys),
         "ssh_config": parse_ssh_config_block(ssh_config, block),
         "ssh_config_block": begin in (ssh_config or ""),
         "hosts": parse_hosts(hosts),
     }
+    return dict({"identity": {"host_keys": [fp for fp in (fingerprint(k) for k in host_keys) if fp],
+                              "user_key": fingerprint(user_key or ""), "hostname": hostname}},
+                digest=files_digest(files), **files)
+
+
+FILE_FIELDS = ("known_hosts", "authorized_keys", "ssh_config", "ssh_config_block", "hosts")
+
+
+def files_digest(summary):
+    """sha256 of a summary's files (its FILE_FIELDS, canonical JSON): nodes whose files read the same
+    have the same digest, and the controller compares their files with every node's keys once."""
+    files = {k: summary.get(k) for k in FILE_FIELDS}
+    return hashlib.sha256(json.dumps(files, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- comparing (on the controller)
@@ -155,49 +171,69 @@ def _names(name, address, hostname):
     return out
 
 
-def audit(node, summary, peers, port, user=""):
-    """Check records of ``node``'s SSH files against every peer's real keys.
-
-    summary: ``summarize`` of node. peers: [{name, address, identity}] (identity: the peer's own
-    ``summarize()["identity"]``; a peer without one is left out and named in the detail).
-    port: the cluster sshd port. Returns [check dict].
-    """
+def expectations(peers, port):
+    """What every node's files must say of each peer, computed once for all nodes: per usable peer its
+    user key, real host keys, the known_hosts pattern of each of its names and the names ~/.ssh/config
+    and /etc/hosts must point at its address; the peers without an identity apart."""
     port = int(port)
+    unknown = [p["name"] for p in peers if not (p.get("identity") or {}).get("host_keys")]
+    skip = set(unknown)
+    usable = []
+    for p in peers:
+        if p["name"] in skip:
+            continue
+        ident = p["identity"]
+        address = p.get("address")
+        names = _names(p["name"], address, ident.get("hostname"))
+        real = set(ident["host_keys"])
+        usable.append({"name": p["name"], "address": address, "user_key": ident.get("user_key"), "real": real,
+                       "real_text": ", ".join(sorted(real)), "patterns": [port_pattern(n, port) for n in names],
+                       "aliases": [n for n in names if n != address]})
+    return {"port": port, "unknown": unknown, "usable": usable}
+
+
+def findings(summary, expected):
+    """What one node's files get wrong against every peer (expectations()): the problem lists of the
+    checks audit() reports. They depend on the files alone: nodes with the same files share them."""
+    port = expected["port"]
     known, auth = summary.get("known_hosts") or {}, summary.get("authorized_keys") or {}
     config, hosts = summary.get("ssh_config") or {}, summary.get("hosts") or {}
-    unknown = [p["name"] for p in peers if not (p.get("identity") or {}).get("host_keys")]
-    usable = [p for p in peers if p["name"] not in unknown]
     missing_key, optioned, kh_missing, kh_stale, cfg_bad, hosts_bad = [], [], [], [], [], []
-    for p in usable:
-        ident = p["identity"]
-        fp = ident.get("user_key")
+    for p in expected["usable"]:
+        fp = p["user_key"]
         if fp and fp not in auth:
             missing_key.append("%s (%s)" % (p["name"], fp))
         elif fp and auth.get(fp):
             optioned.append("%s (%s)" % (p["name"], auth[fp]))
-        real = set(ident["host_keys"])
-        names = _names(p["name"], p.get("address"), ident.get("hostname"))
-        for n in names:
-            pat = port_pattern(n, port)
+        real = p["real"]
+        for pat in p["patterns"]:
             listed = known.get(pat) or []
-            if not real.intersection(listed):
+            if real.isdisjoint(listed):
                 kh_missing.append("%s under %s" % (p["name"], pat))
             stale = [fp for fp in listed if fp not in real]
             if stale:
                 kh_stale.append("%s under %s: %s (the node's keys: %s)"
-                                % (p["name"], pat, ", ".join(stale), ", ".join(sorted(real))))
-        for n in names:
-            if n == p.get("address"):
-                continue
+                                % (p["name"], pat, ", ".join(stale), p["real_text"]))
+        address = p["address"]
+        for n in p["aliases"]:
             entry = config.get(n)
             if not entry:
                 cfg_bad.append("%s: no Host entry" % n)
-            elif entry.get("hostname") != p.get("address") or str(entry.get("port")) != str(port):
+            elif entry.get("hostname") != address or str(entry.get("port")) != str(port):
                 cfg_bad.append("%s -> %s:%s, expected %s:%d" % (n, entry.get("hostname"), entry.get("port"),
-                                                                p.get("address"), port))
-            if n in hosts and hosts[n] != p.get("address"):
-                hosts_bad.append("%s -> %s, expected %s" % (n, hosts[n], p.get("address")))
+                                                                address, port))
+            if n in hosts and hosts[n] != address:
+                hosts_bad.append("%s -> %s, expected %s" % (n, hosts[n], address))
+    if not summary.get("ssh_config_block") and not config:
+        cfg_bad = ["no provision block in ~/.ssh/config"]
+    return {"missing_key": missing_key, "optioned": optioned, "known_hosts": kh_missing + kh_stale,
+            "config": cfg_bad + hosts_bad}
+
+
+def records(node, found, expected, user=""):
+    """The check records of one node from its findings()."""
     out = []
+    unknown = expected["unknown"]
     suffix = "; not compared for %s (no identity: unreachable?)" % ", ".join(unknown) if unknown else ""
     who = "%s's " % user if user else ""
 
@@ -208,21 +244,51 @@ def audit(node, summary, peers, port, user=""):
         else:
             out.append({"check": check, "status": "pass", "detail": ok_detail + suffix, "fix": ""})
 
-    n = len(usable)
-    add("authorized_keys on %s" % node, missing_key, "%sauthorized_keys holds the keys of all %d nodes" % (who, n),
+    n = len(expected["usable"])
+    add("authorized_keys on %s" % node, found["missing_key"], "%sauthorized_keys holds the keys of all %d nodes" % (who, n),
         "%s --limit %s (it authorizes every node's key)" % (STAGE_FIX, node), "keys not authorized")
-    if optioned:
+    if found["optioned"]:
         out.append({"check": "authorized_keys options on %s" % node, "status": "warn",
                     "detail": "keys with options (from=, command=, ...: a login may still be refused from some nodes): "
-                              + "; ".join(optioned[:8]),
+                              + "; ".join(found["optioned"][:8]),
                     "fix": "provision verify --full logs in from every node"})
-    add("known_hosts on %s" % node, kh_missing + kh_stale,
+    add("known_hosts on %s" % node, found["known_hosts"],
         "every node's real host keys under each of its names (%d nodes)" % n,
         "%s --limit %s (it records the real host keys and drops stale ones)" % (STAGE_FIX, node),
         "host keys missing or not the node's")
-    if not summary.get("ssh_config_block") and not config:
-        cfg_bad = ["no provision block in ~/.ssh/config"]
-    add("ssh config on %s" % node, cfg_bad + hosts_bad,
+    add("ssh config on %s" % node, found["config"],
         "~/.ssh/config and /etc/hosts point every node name at its address and port",
         "%s --limit %s (Host entries and the /etc/hosts block)" % (STAGE_FIX, node), "names pointing elsewhere")
+    return out
+
+
+def audit(node, summary, peers, port, user=""):
+    """Check records of ``node``'s SSH files against every peer's real keys.
+
+    summary: ``summarize`` of node. peers: [{name, address, identity}] (identity: the peer's own
+    ``summarize()["identity"]``; a peer without one is left out and named in the detail).
+    port: the cluster sshd port. Returns [check dict].
+    """
+    expected = expectations(peers, port)
+    return records(node, findings(summary, expected), expected, user)
+
+
+def audit_all(summaries, peers, port, user=""):
+    """audit() of every node in summaries ({node: summary}, in order) -> {node: [check dict]}.
+
+    Every node's files against every node's keys is N x N by its nature; what makes it cheap at fleet
+    size: the peers' expectations are computed once, and the files of nodes whose summaries carry the
+    same digest (files_digest, computed on the node: the ssh_mesh role writes the same blocks
+    everywhere) are compared once. A summary without a digest is compared on its own."""
+    expected = expectations(peers, port)
+    by_digest = {}
+    out = {}
+    for node, summary in summaries.items():
+        digest = summary.get("digest")
+        found = by_digest.get(digest) if digest else None
+        if found is None:
+            found = findings(summary, expected)
+            if digest:
+                by_digest[digest] = found
+        out[node] = records(node, found, expected, user)
     return out

@@ -156,7 +156,8 @@ summary:
   description:
     - With O(summary), C(identity) (host key and user key fingerprints, hostname), C(known_hosts)
       (pattern -> fingerprints), C(authorized_keys) (fingerprint -> options), C(ssh_config) (name ->
-      hostname/port/user of the managed block), C(hosts) (name -> address).
+      hostname/port/user of the managed block), C(hosts) (name -> address), C(digest) (sha256 of those
+      files as read; nodes with the same digest have the same files, compared with every node's keys once).
   returned: with summary
   type: dict
 user:

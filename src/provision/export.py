@@ -62,7 +62,10 @@ _LABEL_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
 
 
 def _label_value(value: Any) -> str:
-    return "".join(_LABEL_ESCAPES.get(ch, ch) for ch in str(value))
+    text = str(value)
+    if "\\" not in text and '"' not in text and "\n" not in text:
+        return text
+    return "".join(_LABEL_ESCAPES.get(ch, ch) for ch in text)
 
 
 def _help(text: str) -> str:
@@ -96,11 +99,13 @@ class Families:
 
     def text(self) -> str:
         out = []
+        pairs: dict[tuple[str, Any], str] = {}  # a node's or a status's label is written once, used many times
         for name, fam in self._fams.items():
             out.append(f"# HELP {name} {_help(fam['help'])}")
             out.append(f"# TYPE {name} gauge")
             for key, value in fam["samples"].items():
-                labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in key)
+                labels = ",".join([pairs.get(kv) or pairs.setdefault(kv, f'{kv[0]}="{_label_value(kv[1])}"')
+                                   for kv in key])
                 out.append(f"{name}{{{labels}}} {_number(value)}" if labels else f"{name} {_number(value)}")
         return "\n".join(out) + "\n"
 
@@ -203,10 +208,9 @@ def junit_xml(doc: dict[str, Any], name: str = "provision verify") -> str:
     order = [n["name"] for n in doc.get("nodes") or []]
     by_node: dict[str, list[dict]] = {}
     for c in checks:
-        node = str(c.get("node", ""))
-        if node not in order:
-            order.append(node)
-        by_node.setdefault(node, []).append(c)
+        by_node.setdefault(str(c.get("node", "")), []).append(c)
+    listed = set(order)
+    order += [node for node in by_node if node not in listed]
     root = ET.Element("testsuites", name=_x(name), tests=str(len(checks)),
                       failures=str(sum(c.get("status") == "fail" for c in checks)), errors="0",
                       skipped=str(sum(c.get("status") == "skip" for c in checks)),

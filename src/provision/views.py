@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 import textwrap
+from bisect import bisect_left
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from rich.table import Table
@@ -56,15 +58,53 @@ def hostlist(names: Iterable[str]) -> str:
 
 def row_key(check: str, nodes: list[str]) -> str:
     """One grid row for the per-peer checks: 'ssh node1->node2' -> 'ssh *', 'nccl_net.reach.node2' -> 'nccl_net.reach *'."""
-    key = check
-    stripped = True
-    while stripped:
-        stripped = False
-        for node in sorted(nodes, key=len, reverse=True):
-            if key.endswith(node) and key != node:
-                key = key[: -len(node)].rstrip(_SEPARATORS)
-                stripped = True
-    return f"{key} *" if key != check and key else check
+    return RowKeys(nodes)(check)
+
+
+class RowKeys:
+    """row_key for one node list, prepared once (a document's checks share it).
+
+    A check id loses, from its end, every node name it ends with (and the separators before it),
+    names tried longest first, pass after pass until none is left; it is an id of its own when it is a
+    node name. Prepared: the names grouped by length, so that one id costs a lookup per distinct length
+    instead of a scan of every name (the per-peer ids grow with N: N x N scans at fleet size)."""
+
+    def __init__(self, nodes: Iterable[str]):
+        order = sorted(nodes, key=len, reverse=True)
+        self.empty = "" in order
+        groups: dict[int, dict[str, list[int]]] = {}
+        for pos, name in enumerate(order):
+            groups.setdefault(len(name), {}).setdefault(name, []).append(pos)
+        # longest first, as the names are tried; each name's places in that order
+        self.groups = sorted(((n, g) for n, g in groups.items() if n), reverse=True)
+        self.cache: dict[str, str] = {}
+
+    def __call__(self, check: str) -> str:
+        out = self.cache.get(check)
+        if out is None:
+            out = self.cache[check] = self._key(check)
+        return out
+
+    def _key(self, check: str) -> str:
+        if self.empty:
+            # the empty name ends every id: the id is stripped to nothing, which keeps the id as it is
+            return check
+        key = check
+        stripped = True
+        while stripped:
+            stripped = False
+            for length, names in self.groups:
+                at = 0  # the next name of this length to try, in the order they are tried
+                while len(key) >= length:
+                    tail = key[-length:]
+                    places = names.get(tail)
+                    pos = bisect_left(places, at) if places else 0
+                    if not places or pos == len(places) or key == tail:
+                        break
+                    key = key[:-length].rstrip(_SEPARATORS)
+                    stripped = True
+                    at = places[pos] + 1
+        return f"{key} *" if key != check and key else check
 
 
 # ---------------------------------------------------------------- the per-node summary
@@ -110,11 +150,7 @@ def node_summaries(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _unique(items: Iterable[str]) -> list[str]:
-    seen: list[str] = []
-    for i in items:
-        if i not in seen:
-            seen.append(i)
-    return seen
+    return list(dict.fromkeys(items))
 
 
 def _named_by_allreduce(smoke: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -300,7 +336,16 @@ def _rstrip(text: Text) -> Text:
 
 
 def _normal(text: str, node: str) -> str:
-    return re.sub(r"\b%s\b" % re.escape(node), "{node}", text or "")
+    """text with the node's name (as a word) as {node}, so that the same finding on many nodes reads alike."""
+    if node and node not in (text or ""):
+        return text or ""
+    return _node_word(node).sub("{node}", text or "")
+
+
+@lru_cache(maxsize=8192)
+def _node_word(node: str) -> re.Pattern:
+    """The node's name as a word (compiled once per node: re's own cache holds 512, a fleet has more)."""
+    return re.compile(r"\b%s\b" % re.escape(node))
 
 
 # ---------------------------------------------------------------- the grid (when it fits)
@@ -309,9 +354,10 @@ def grid_slices(doc: dict[str, Any], width: int) -> tuple[dict[str, dict[str, st
     """The check x node cells (worst status per row key) and the node columns split into slices
     that each fit width (one slice: the whole grid fits)."""
     nodes = [n["name"] for n in doc.get("nodes") or []]
+    keys = RowKeys(nodes)
     rows: dict[str, dict[str, str]] = {}
     for c in doc.get("checks") or []:
-        cells = rows.setdefault(row_key(c["check"], nodes), {})
+        cells = rows.setdefault(keys(c["check"]), {})
         old = cells.get(c["node"])
         if old is None or SEVERITY.get(c["status"], 3) > SEVERITY.get(old, 3):
             cells[c["node"]] = c["status"]
@@ -402,16 +448,19 @@ def failure_groups(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Failed and warned checks, the same check with the same cause and fix on several nodes
     told once with their node list: [{status, check, nodes, detail, fix}], fails first."""
     groups: dict[tuple, dict[str, Any]] = {}
-    nodes = [n["name"] for n in doc.get("nodes") or []]
+    members: dict[tuple, set[str]] = {}
+    keys = RowKeys(n["name"] for n in doc.get("nodes") or [])
     for c in doc.get("checks") or []:
         if c.get("status") not in ("fail", "warn"):
             continue
         node = c.get("node", "")
-        key = (c["status"], _normal(row_key(c["check"], nodes), node), _normal(c.get("detail", ""), node),
+        key = (c["status"], _normal(keys(c["check"]), node), _normal(c.get("detail", ""), node),
                _normal(c.get("fix", ""), node))
         g = groups.setdefault(key, {"status": c["status"], "check": c["check"], "nodes": [], "detail": c.get("detail", ""),
                                     "fix": c.get("fix", "")})
-        if node not in g["nodes"]:
+        seen = members.setdefault(key, set())
+        if node not in seen:
+            seen.add(node)
             g["nodes"].append(node)
     return sorted(groups.values(), key=lambda g: -SEVERITY.get(g["status"], 3))
 

@@ -1,131 +1,38 @@
 """`provision launch`: start a training job on every node with the launchers role's files.
 
-Thin over Ansible (playbooks/launch.yml + module provision.cluster.launch_job); no SSH of its own:
-
-1. `ansible-inventory` checks the inventory (exit 2 with one line when it is unusable);
-2. one `start` play starts the node's part of the job on all nodes at once (forks), detached,
-   its output going to ~cluster_user/.provision/launch/runs/RUN_ID/out.log;
-3. `poll` plays (each waits at most --poll-wait seconds on every node) bring back the new output,
-   printed with a `[node]` prefix, until every node ended;
-4. when a node fails (or --timeout passes, or Ctrl-C) a `stop` play ends the others.
-
-Exit status: 0 the job succeeded everywhere, 1 it failed (or timed out), 2 usage/inventory error.
+The command layer: options, usage errors (exit 2) and printing; the work is provision.launch's
+(start, poll and stop plays of playbooks/launch.yml). Exit status: 0 the job succeeded everywhere,
+1 it failed (or timed out), 2 usage/inventory error.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
 import sys
-import time
-from dataclasses import dataclass, field
 
 import click
 
 from provision import ansible
-from provision.terminal import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from provision import launch as core
+from provision.launch import LAUNCHERS, LaunchFailure, Play
+from provision.terminal import EXIT_FAILED, EXIT_USAGE
 
-# launcher -> (script rendered by the launchers role, where it runs)
-LAUNCHERS = {
-    "torchrun": ("torchrun-c10d.sh", "all"),
-    "torchrun-static": ("torchrun-static.sh", "all"),
-    "accelerate": ("accelerate.sh", "all"),
-    "deepspeed": ("deepspeed.sh", "master"),
-    "mpirun": ("mpirun.sh", "master"),
-    "horovodrun": ("horovodrun.sh", "master"),
-    "colossalai": ("colossalai.sh", "master"),
-}
+__all__ = ["LAUNCHERS", "LaunchFailure", "Play", "Printer", "command"]
 
 
-class LaunchFailure(Exception):
-    """Ansible could not do a step (message: one line)."""
-
-
-def read_inventory(inventory: str | None, group: str) -> list[str]:
-    """Hosts of GROUP in order; LaunchFailure with one line when the inventory is unusable."""
-    try:
-        hosts = ansible.group_hosts(ansible.read_inventory(inventory), group)
-    except ansible.AnsibleError as exc:
-        raise LaunchFailure(str(exc)) from None
-    if not hosts:
-        raise LaunchFailure("inventory %s: group %r has no host (set cluster_group or fix the inventory)"
-                            % (inventory or "(ansible.cfg)", group))
-    return hosts
-
-
-@dataclass
-class Play:
-    """Runs playbooks/launch.yml with the JSON callback and returns each host's task result."""
-
-    inventory: str | None
-    group: str
-    run_id: str
-    env: dict[str, str]
-    extra: dict = field(default_factory=dict)
-
-    def run(self, action: str, timeout: float, **variables) -> dict[str, dict]:
-        evars = {"launch_action": action, "launch_run_id": self.run_id, "cluster_group": self.group,
-                 **self.extra, **variables}
-        argv = ansible.playbook_argv("playbooks/launch.yml", self.inventory, extra_vars=[json.dumps(evars)])
-        try:
-            run = ansible.run_playbook(argv, self.env, timeout=timeout)
-        except ansible.AnsibleError as exc:
-            raise LaunchFailure("%s: %s" % (action, exc)) from None
-        if run.timed_out:
-            raise LaunchFailure("%s: ansible-playbook did not finish in %d s" % (action, timeout))
-        try:
-            data = json.loads(run.stdout)
-        except ValueError:
-            raise LaunchFailure("%s: %s" % (action, ansible.error_line(run.stderr + run.stdout))) from None
-        # only the launch_job task's results: the plan's include (a pre-task) answers on every
-        # node, also where a master-only launcher starts nothing (a host that never got that far
-        # is unreachable or failed: kept, so that it is reported)
-        results: dict[str, dict] = {}
-        for play in data.get("plays", []):
-            for task in play.get("tasks", []):
-                for host, res in task.get("hosts", {}).items():
-                    if res.get("skipped"):
-                        continue
-                    if str(res.get("action", "")).endswith("launch_job") or _problem(res):
-                        results[host] = res
-        return results
-
-
-def _problem(res: dict) -> str | None:
-    if res.get("unreachable"):
-        return "unreachable: %s" % str(res.get("msg", "")).strip().splitlines()[0:1]
-    if res.get("failed"):
-        return str(res.get("msg", "failed")).strip().splitlines()[0]
-    return None
-
-
-class Printer:
-    """Prints whole lines with a `[node]` prefix; keeps partial lines until they end, and streams each node's
-    output into its own `provision diagnose` scanner (bounded memory, whatever the output's size) for the
-    diagnosis when the job fails."""
+class Printer(core.Output):
+    """The job's output on stdout, each line with its `[node]` prefix, flushed line by line."""
 
     def __init__(self, hosts: list[str]):
-        self.width = max(len(h) for h in hosts)
-        self.partial: dict[str, str] = {}
-        self.scanners: dict = {}
+        super().__init__(hosts, _echo_out)
 
-    def feed(self, host: str, text: str, final: bool = False) -> None:
-        if text:
-            self.scanner(host).feed(text)
-        buf = self.partial.get(host, "") + text
-        lines = buf.split("\n")
-        self.partial[host] = "" if final else lines.pop()
-        for line in lines if not final else [ln for ln in lines if ln] or []:
-            click.echo("[%s] %s" % (host.ljust(self.width), line.rstrip("\r")))
-        sys.stdout.flush()
 
-    def scanner(self, host: str):
-        """The diagnose scanner of a node's output (its lines carry no node: they are that node's)."""
-        if host not in self.scanners:
-            from provision import diagnose
+def _echo_out(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()
 
-            self.scanners[host] = diagnose.scanner(host, node=host)
-        return self.scanners[host]
+
+def _say(message: str) -> None:
+    click.echo("provision launch: %s" % message, err=True)
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True})
@@ -154,24 +61,19 @@ def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, p
     """
     if timeout <= 0 or poll_wait < 0:
         _usage("--timeout must be > 0 and --poll-wait >= 0")
-    extra = {}
-    for item in extra_vars:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            _usage("-e wants KEY=VALUE, got %r" % item)
-        extra[key] = value
-    script, where = LAUNCHERS[launcher]
-    env = ansible.environment({"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-                               "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-                               "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_NOCOLOR": "1"})
     try:
-        hosts = read_inventory(inventory, group)
+        extra = core.parse_extra_vars(extra_vars)
+    except ValueError as exc:
+        _usage(str(exc))
+    script, where = LAUNCHERS[launcher]
+    env = ansible.environment(core.ENVIRONMENT)
+    try:
+        hosts = core.read_inventory(inventory, group)
     except LaunchFailure as exc:
         _usage(str(exc))
-    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-    play = Play(inventory, group, run_id, env, extra={"launch_on": where, **extra})
+    play = Play(inventory, group, core.new_run_id(), env, extra={"launch_on": where, **extra})
     printer = Printer(hosts)
-    code = _drive(play, hosts, script, list(program), chdir, timeout, poll_wait, printer)
+    code = core.run_job(play, hosts, script, list(program), chdir, timeout, poll_wait, printer, _say)
     if code == EXIT_FAILED:
         _diagnose_output(printer.scanners)
     sys.exit(code)
@@ -182,111 +84,8 @@ def _usage(message: str) -> None:
     sys.exit(EXIT_USAGE)
 
 
-def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir: str | None,
-           timeout: float, poll_wait: float, printer: Printer | None = None) -> int:
-    deadline = time.monotonic() + timeout
-    step = 120.0 + poll_wait  # bound of one Ansible round trip
-    printer = printer or Printer(hosts)
-    started: list[str] = []
-    try:
-        args = {"launch_script": script, "launch_args": program}
-        if chdir:
-            args["launch_chdir"] = chdir
-        click.echo("provision launch: run %s (%s)" % (play.run_id, "master only" if play.extra.get("launch_on") ==
-                                                       "master" else ", ".join(hosts)), err=True)
-        results = play.run("start", step, **args)
-        # where it started: every node, or only the master (cluster_master) for launchers that
-        # reach the others themselves; the play decides, we follow its results
-        started = [h for h in hosts if h in results and not _problem(results[h])]
-        failed = {h: _problem(results[h]) for h in hosts if h in results and h not in started}
-        if not results:
-            failed = {h: "not started" for h in hosts}
-        if failed:
-            for host, why in failed.items():
-                click.echo("provision launch: %s: %s" % (host, why), err=True)
-            _stop(play, started, step)
-            return EXIT_FAILED
-        offsets = {h: 0 for h in started}
-        running = set(started)
-        codes: dict[str, int] = {}
-        while running:
-            if time.monotonic() > deadline:
-                click.echo("provision launch: timed out after %d s; stopping %s"
-                           % (timeout, ", ".join(sorted(running))), err=True)
-                _stop(play, sorted(running), step)
-                return EXIT_FAILED
-            wait = max(0.0, min(poll_wait, deadline - time.monotonic()))
-            results = play.run("poll", step + wait, launch_offsets=offsets, launch_wait=wait,
-                               launch_poll_hosts=sorted(running))
-            for host in sorted(running):
-                res = results.get(host)
-                why = _problem(res) if res else "no answer to the poll"
-                if why:
-                    click.echo("provision launch: %s: %s" % (host, why), err=True)
-                    codes[host] = -1
-                    running.discard(host)
-                    continue
-                printer.feed(host, res.get("output", ""))
-                offsets[host] = int(res.get("offset", offsets[host]))
-                if not res.get("running"):
-                    printer.feed(host, "", final=True)
-                    codes[host] = int(res["exit_status"])
-                    running.discard(host)
-            bad = {h: c for h, c in codes.items() if c != 0}
-            if bad and running:
-                click.echo("provision launch: %s failed (exit %s); stopping %s"
-                           % (", ".join(bad), ", ".join(str(c) for c in bad.values()),
-                              ", ".join(sorted(running))), err=True)
-                _stop(play, sorted(running), step)
-                for host in sorted(running):
-                    click.echo("provision launch: %s: stopped" % host, err=True)
-                return EXIT_FAILED
-        bad = {h: c for h, c in codes.items() if c != 0}
-        if bad:
-            click.echo("provision launch: failed on %s" % ", ".join("%s (exit %d)" % kv for kv in bad.items()),
-                       err=True)
-            return EXIT_FAILED
-        click.echo("provision launch: run %s succeeded on %d node(s)" % (play.run_id, len(started)), err=True)
-        return EXIT_OK
-    except LaunchFailure as exc:
-        click.echo("provision launch: %s" % exc, err=True)
-        _stop(play, started, step)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        click.echo("provision launch: interrupted; stopping %s" % ", ".join(started), err=True)
-        _stop(play, started, step)
-        return EXIT_FAILED
-
-
 def _diagnose_output(outputs: dict) -> None:
-    """After a failed job: what `provision diagnose` names in each node's output, the first failure first, then
-    its consequences (never changes the exit status). outputs: node -> its output (text) or its fed scanner."""
-    if not outputs:
-        return
-    try:
-        from provision import diagnose
-
-        doc = diagnose.diagnose(list(outputs.items()), nodes={h: h for h in outputs})
-    except Exception as exc:  # a diagnosis that fails must not hide the job's own failure
-        click.echo("provision launch: diagnose: %s" % exc, err=True)
-        return
-    if not any(f.get("bytes") for f in doc["files"]):
-        return
-    for c in doc["causes"]:
-        click.echo("provision launch: diagnose: %s: %s: %s | fix: %s"
-                   % (c.get("node") or "?", c["check"], c["detail"], c["fix"]), err=True)
-    for c in doc["consequences"]:
-        click.echo("provision launch: diagnose: then %s: %s (a consequence): %s"
-                   % (c.get("node") or "?", c["check"], c["detail"]), err=True)
-    if not doc["causes"]:
-        click.echo("provision launch: diagnose: no known cause in the job's output "
-                   "(`provision diagnose` on the full logs may say more)", err=True)
-
-
-def _stop(play: Play, hosts: list[str], step: float) -> None:
-    if not hosts:
-        return
-    try:
-        play.run("stop", step, launch_poll_hosts=hosts)
-    except LaunchFailure as exc:
-        click.echo("provision launch: could not stop %s: %s" % (", ".join(hosts), exc), err=True)
+    """After a failed job: what `provision diagnose` names in each node's output (never changes the exit
+    status). outputs: node -> its output (text) or its fed scanner."""
+    for line in core.diagnosis(outputs):
+        _say(line)

@@ -199,6 +199,16 @@ def test_junit_xml_one_testcase_per_check_with_failures_skips_and_warnings(slow3
     assert root.find(".//skipped") is not None
 
 
+def test_junit_suites_in_node_order_then_the_nodes_only_checks_name():
+    doc = {"nodes": [{"name": "b"}, {"name": "a"}], "checks": [
+        {"node": "x", "check": "c1", "status": "pass"}, {"node": "a", "check": "c1", "status": "pass"},
+        {"node": "cluster", "check": "allreduce", "status": "fail", "detail": "d"},
+        {"node": "x", "check": "c2", "status": "skip"}, {"node": "b", "check": "c1", "status": "warn"}]}
+    root = ET.fromstring(export.junit_xml(doc))
+    assert [(s.get("name"), s.get("tests")) for s in root.findall("testsuite")] == [
+        ("b", "1"), ("a", "1"), ("x", "2"), ("cluster", "1")]
+
+
 def test_write_atomic_replaces_whole_files_and_leaves_no_temporary(tmp_path):
     target = tmp_path / "provision.prom"
     target.write_text("old\n")

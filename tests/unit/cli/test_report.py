@@ -229,3 +229,29 @@ def test_the_page_renders_in_a_real_browser_with_data_in_its_plots(big, tmp_path
         assert b.evaluate("document.querySelector('#node-table tr[data-node=node2] td.state').textContent") == "down"
         assert b.evaluate("document.querySelectorAll('#busbw-plot circle.pt.run').length") == 0   # no run to draw
         assert b.evaluate("document.querySelectorAll('#busbw-plot circle.pt.base').length") == 4  # the baseline still
+
+
+# ---------------------------------------------------------------- the table's columns at fleet size
+
+def _column_key_by_alternation(check: str, nodes: list[str]) -> str:
+    """The column key as it was first written (an alternation of every name, longest first, which re
+    tries name after name at every position): the reference the trie must agree with."""
+    alt = "|".join(re.escape(n) for n in sorted(nodes, key=len, reverse=True))
+    return re.sub(r"(?<!\w)(?:%s)(?!\w)" % alt, "*", check)
+
+
+def test_column_keys_agree_with_the_alternation_of_every_name():
+    import random
+
+    rng = random.Random(32)
+    sets = [["node1", "node10", "node1-a", "n", "a.b", "a", "b+c", "x y", "10.0.0.1", "10.0.0.10", "é1"],
+            ["ab", "abc", "abd", "a"], ["", "n1"], [""], [f"gpu-node-{i:04d}" for i in range(1, 300)]]
+    for nodes in sets:
+        ids = ["ssh node1->node10", "link gpu-node-0003->gpu-node-0004 baseline", "abcd abc ab a", "b+c.b+cc",
+               "x y z", "10.0.0.1:2222 10.0.0.10", "é1 é12", "", "gcc", "node1-a->node1-ab"]
+        letters = "".join(set("".join(nodes))) + " .->_:"
+        ids += ["".join(rng.choice(letters) for _ in range(rng.randint(0, 16))) for _ in range(400)]
+        ids += [rng.choice(nodes) + rng.choice(["", "->", " ", ".", "_"]) + rng.choice(nodes) for _ in range(400)]
+        report._PATTERNS.clear()
+        for check in ids:
+            assert report.column_key(check, nodes) == _column_key_by_alternation(check, nodes), (nodes, check)

@@ -156,3 +156,62 @@ def test_recorded_lab_runs(name, bad, width):
     else:
         assert "link node3->node1 baseline" in rows["node3"]["failing"]
         assert "slow link node3->node1" in rows["node3"]["failing"]
+
+
+# ---------------------------------------------------------------- the grid's row keys at fleet size
+
+def _row_key_by_scan(check: str, nodes: list[str]) -> str:
+    """The row key as it was first written (every name tried on every id, N x N at fleet size): the
+    reference the prepared RowKeys must agree with."""
+    key = check
+    stripped = True
+    while stripped:
+        stripped = False
+        for node in sorted(nodes, key=len, reverse=True):
+            if key.endswith(node) and key != node:
+                key = key[: -len(node)].rstrip(" .->:/")
+                stripped = True
+    return f"{key} *" if key != check and key else check
+
+
+def test_row_keys_agree_with_the_scan_of_every_name():
+    import random
+
+    rng = random.Random(32)
+    tricky = ["node1", "node10", "node11", "1", "11", "e1", "de1", "a.b", "b", "node1->node1", "x"]
+    for nodes in (tricky, tricky + ["node1"], ["ab", "cd"], ["cd", "ab"], ["a12", "12"], ["12", "a12"], ["", "n1"],
+                  [f"gpu-node-{i:04d}" for i in range(1, 40)]):
+        ids = ["ssh node1->node10", "nccl_net.reach.node11", "pdsh from node1", "x-cd-ab", "x-a12", "gcc", "node1",
+               "node1->node1", "ssh gpu-node-0001->gpu-node-0039", "link gpu-node-0003->gpu-node-0004 baseline",
+               "e1", "de1", "a.b.b", "", "shm"]
+        letters = "".join(set("".join(nodes))) + " .->"
+        ids += ["".join(rng.choice(letters) for _ in range(rng.randint(0, 12))) for _ in range(300)]
+        ids += [rng.choice(nodes) + rng.choice(["", "->", " ", "."]) + rng.choice(nodes) for _ in range(300)]
+        keys = views.RowKeys(nodes)
+        for check in ids:
+            assert keys(check) == _row_key_by_scan(check, nodes) == views.row_key(check, nodes), (nodes, check)
+
+
+class _Counted(str):
+    """A node name that counts how often its length is asked for (sorting the names by length asks once
+    per name): how many names a view looked at."""
+
+    looked = 0
+
+    def __len__(self):
+        _Counted.looked += 1
+        return str.__len__(self)
+
+
+def test_grid_and_failure_groups_look_at_each_name_a_few_times_not_once_per_check():
+    doc = synthetic_document(200, **faults(200))
+    for n in doc["nodes"]:
+        n["name"] = _Counted(n["name"])
+    _Counted.looked = 0
+    rows, _slices = views.grid_slices(doc, 200)
+    groups = views.failure_groups(doc)
+    # the scan of every name for every check id looked at 200 names for each of the ~4,000 checks
+    assert len(doc["checks"]) > 3000 and _Counted.looked <= 6 * 200
+    assert set(rows) >= {"ssh *", "nccl_net.reach *", "pdsh from *"}
+    shm = [g for g in groups if g["check"] == "shm"]
+    assert len(shm) == 1 and shm[0]["nodes"] == ["gpu-node-0002", "gpu-node-0101"]

@@ -238,3 +238,24 @@ def test_filters_are_registered_and_documented():
         assert callable(func)
         doc = yaml.safe_load((helpers.REPO / "plugins" / "filter" / f"{name}.yml").read_text())
         assert doc["DOCUMENTATION"]["name"] == name
+
+
+def test_launch_files_checks_and_counts_once_and_renders_as_each_renderer_alone():
+    """launch_files checks the node list and counts its slots once for all its files: the files are those
+    the renderers make each on their own, and a bad list is refused as each of them refuses it."""
+    for ns in (nodes(2, 2, 2), nodes(4, 2, 1), nodes(8, 8, ips=[["1.1.1.%d" % i for i in range(8)]] * 2)):
+        files = L.launch_files(ns, "node2", "10.89.77.11", header="h")
+        assert files["hostfile.mpi"]["content"] == L.mpi_hostfile(ns, header="h")
+        assert files["hostfile.deepspeed"]["content"] == L.deepspeed_hostfile(ns, header="h")
+        assert files["hostfile.colossalai"]["content"] == L.colossalai_hostfile(ns)
+        assert files["launch.env"]["content"] == L.launch_env(ns, "node2", "10.89.77.11", header="h")
+        assert ("sbatch.sh" in files) == (L.uniform_slots(ns) is not None)
+        if "sbatch.sh" in files:
+            assert files["sbatch.sh"]["content"] == L.sbatch_script(ns, header="h")
+            assert "--nproc-per-node=%d " % L.uniform_slots(ns) in files["torchrun-c10d.sh"]["content"]
+        assert "mpirun -np %d " % L.total_slots(ns) in files["mpirun.sh"]["content"]
+    twice = nodes(1, 1) + nodes(1)
+    with pytest.raises(L.LaunchError, match="node1 appears twice"):
+        L.launch_files(twice, "node1", "10.0.0.1")
+    with pytest.raises(L.LaunchError, match="empty"):
+        L.launch_files([], "node1", "10.0.0.1")

@@ -73,3 +73,32 @@ def test_slowest_links_of_the_ring_probe():
              {"src": "n3", "dst": "n4", "gbps": 0.1}, {"src": "n4", "dst": "n1", "gbps": 1.02}]
     assert I.slowest_links(links) == [{"src": "n3", "dst": "n4", "gbps": 0.1}]
     assert I.slowest_links(links[:1]) == []
+
+
+def test_many_bad_nodes_each_named_with_every_pair_it_was_in():
+    """A quarter of 400 nodes slow: each is named with the pairs it was in, in the order they ran (the
+    verdict indexes the pairs by node once instead of scanning every pair for every suspect)."""
+    nodes = ["n%d" % i for i in range(1, 401)]
+    slow = set(nodes[3::4])
+    rounds, v = play(nodes, slow=slow)
+    assert {b["node"] for b in v["bad"]} == slow and [b["node"] for b in v["bad"]] == [n for n in nodes if n in slow]
+    marked, _ref = I.judge_pairs(rounds)
+    for b in v["bad"]:
+        assert b["pairs"] == [m for m in marked if b["node"] in m["pair"]]
+        assert b["detail"].startswith("%s: every pair it was in was bad: with " % b["node"])
+
+
+def test_nodes_that_dropped_out_are_named_in_inventory_order():
+    from ansible_collections.provision.cluster.plugins.filter.allreduce_smoke import (allreduce_smoke_isolated,
+                                                                                      allreduce_smoke_unreachable)
+
+    nodes = ["n%d" % i for i in range(1, 301)]
+    gone = ["n7", "n150", "n300"]
+    answered = (n for n in nodes if n not in gone)  # a generator, as Jinja may hand it over
+    result = allreduce_smoke_unreachable(nodes, answered)["result"]
+    assert [f["node"] for f in result["failures"]] == gone and result["nodes"] == 300
+    reachable = [n for n in nodes if n not in gone]
+    rounds, _v = play(reachable, slow={"n10"})
+    out = allreduce_smoke_isolated({"failures": [], "status": "pass"}, rounds, nodes, iter(reachable), 30)
+    assert out["isolation"]["bad"] == gone + ["n10"]
+    assert [f["node"] for f in out["failures"] if f.get("node")] == gone

@@ -151,3 +151,29 @@ def test_the_file_comparison_runs_once_on_the_controller_for_every_node():
     # inside site.yml the mesh result is the stage's: no summary, nothing to compare
     cc = K.ClusterContext(NAMES, {n: {"mesh": {"row": []}} for n in NAMES}, {}, None, True, plan=plan)
     assert K.BY_NAME["mesh_files"].cluster(cc) == ([], {})
+
+
+def test_same_files_have_the_same_digest_whatever_the_node():
+    # node1 and node2 hold the same files (the role writes the same blocks everywhere); their own keys differ
+    one, two = files(on="node1"), files(on="node2")
+    assert one["identity"] != two["identity"] and one["digest"] == two["digest"] == M.files_digest(one)
+    assert files(on="node3", authorized=["node2", "node3"])["digest"] != one["digest"]
+    assert files(on="node1", known=["node1", "node2"])["digest"] != one["digest"]
+
+
+def test_audit_all_is_audit_of_each_node_comparing_equal_files_once(monkeypatch):
+    summaries = {n: files(on=n) for n in NAMES}
+    summaries["node3"] = files(on="node3", authorized=["node2", "node3"])
+    bare = dict(files(on="node2"))
+    bare.pop("digest")  # a summary of an older module: compared on its own
+    summaries["node4"] = bare
+    every = peers()
+    expected = {n: M.audit(n, s, every, 2222, "root") for n, s in summaries.items()}
+    calls = []
+    real = M.findings
+    monkeypatch.setattr(M, "findings", lambda summary, exp: calls.append(summary) or real(summary, exp))
+    assert M.audit_all(summaries, every, 2222, "root") == expected
+    # node1 and node2 share their files; node3's differ; node4 has no digest
+    assert len(calls) == 3
+    assert [r["status"] for r in expected["node3"]] == ["fail", "pass", "pass"]
+    assert expected["node4"][0]["check"] == "authorized_keys on node4"
