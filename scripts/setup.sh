@@ -50,7 +50,7 @@ if [ ! -x .venv/bin/promtool ] && ! command -v promtool >/dev/null; then
         && dpkg-deb -x prometheus_*.deb x); then
     cp "$tmp/x/usr/bin/promtool" .venv/bin/promtool
   else
-    log "promtool not installed (apt-get download prometheus failed); its test is skipped"
+    log "promtool not installed (apt-get download prometheus failed): tests/unit/cli/test_export.py will fail"
   fi
   rm -rf "$tmp"
 fi

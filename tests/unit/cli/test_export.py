@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from unit.synthetic_verify import recorded, synthetic_document
 
 import helpers
+from helpers import cannot_run
 from provision import ansible, export
 from provision.cli import cli
 
@@ -115,7 +116,7 @@ def check_conventions(fams: dict[str, dict]) -> None:
 def promtool(text: str) -> None:
     tool = helpers.tool("promtool")
     if not shutil.which(tool):
-        pytest.skip("promtool not installed (Debian: prometheus; the parser test runs regardless)")
+        cannot_run("promtool not installed (Debian: prometheus; the parser test runs regardless)")
     proc = subprocess.run([tool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and not (proc.stdout + proc.stderr).strip(), proc.stdout + proc.stderr
 

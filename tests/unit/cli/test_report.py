@@ -17,6 +17,7 @@ from unit.browser import Browser, find_browser
 from unit.synthetic_verify import RECORDED, recorded, synthetic_document, synthetic_baselines
 
 import helpers  # noqa: F401
+from helpers import cannot_run
 from provision import report
 from provision.cli import cli
 
@@ -170,7 +171,7 @@ def test_1000_nodes_page_stays_a_page(tmp_path):
 
 def browser_or_skip():
     if find_browser() is None:
-        pytest.skip("no chromium here: scripts/setup.sh installs Debian's chromium for this test")
+        cannot_run("no chromium here: scripts/setup.sh installs Debian's chromium for this test")
 
 
 def check_in_browser(b: Browser, page: Path, shot: Path, doc: dict) -> dict:
