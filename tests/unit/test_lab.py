@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import subprocess
 
@@ -69,6 +70,8 @@ def test_a_node_that_fails_to_start_takes_back_what_this_run_created(monkeypatch
     monkeypatch.setattr(lab_core, "podman", fake_podman)
     monkeypatch.setattr(lab_core, "build_image", lambda flavour, **kw: "localhost/img:x")
     monkeypatch.setattr(lab_core, "subnet_index", lambda name, want=None: 50)
+    monkeypatch.setattr(lab_core, "check_reachable", lambda subnet: None)
+    monkeypatch.setattr(lab_core, "machine_lock", lambda *a, **kw: contextlib.nullcontext())
     monkeypatch.setattr(lab_core, "list_containers", lambda name: [])
     with pytest.raises(lab_core.LabError, match="removed the 3 node"):
         lab_core.up(lab_core.LabSpec(name="x", nodes=5), setup=False)
@@ -200,3 +203,20 @@ def test_the_lab_inventory_raises_the_waits_of_a_lab_larger_than_its_machine():
     for role, var, _kind in inv._SCALED:
         assert isinstance(inv._role_default(Loader(), role, var), int), (role, var)
     assert inv._role_default(Loader(), "pdsh", "pdsh_connect_timeout") == 10
+
+
+ROUTES = """\
+Iface	Destination	Gateway 	Flags	RefCnt	Use	Metric	Mask		MTU	Window	IRTT
+eth0	00000000	0101FF0A	0003	0	0	0	00000000	0	0	0
+eth0	0000FF0A	00000000	0001	0	0	0	0000FFFF	0	0	0
+podman14	00AA590A	00000000	0001	0	0	0	00FFFFFF	0	0	0
+"""
+
+
+def test_a_lab_network_this_machine_does_not_route_to_is_refused():
+    """A lab bridge without an address (seen with --disable-dns on an --internal network) leaves the lab's
+    addresses to the default route: traffic meant for the nodes would leave the machine."""
+    assert ("podman14", ipaddress.ip_network("10.89.170.0/24")) in lab_core.host_routes(ROUTES)
+    lab_core.check_reachable("10.89.170.0/24", ROUTES)
+    with pytest.raises(lab_core.LabError, match="no route to the lab network 10.89.171.0/24"):
+        lab_core.check_reachable("10.89.171.0/24", ROUTES)

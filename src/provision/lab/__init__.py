@@ -348,9 +348,11 @@ def status(name: str = DEFAULT_NAME) -> dict:
 def _ensure_network(net: str, subnet: str, lab: str) -> None:
     if podman("network", "exists", net, check=False).returncode == 0:
         return
-    # --internal: no route out of the lab; --disable-dns: no name server either (podman's would forward
-    # what it cannot answer to this machine's resolver, out of the lab): names are the nodes' /etc/hosts
-    podman("network", "create", "--internal", "--disable-dns", "--subnet", subnet, "--label", f"{LABEL}={lab}", net)
+    # --internal: no route out of the lab. Its DNS stays on: netavark gives an internal network's bridge
+    # the gateway address (through which this machine reaches the nodes) only for its name server. The
+    # nodes do not use that server (`--dns none` in _run_argv): it would forward what it cannot answer
+    # to this machine's resolver, out of the lab.
+    podman("network", "create", "--internal", "--subnet", subnet, "--label", f"{LABEL}={lab}", net)
 
 
 _SSHD_PASSWORD_SETUP = (
@@ -365,6 +367,34 @@ _SSHD_PASSWORD_SETUP_SYSTEMD = (
     "> /etc/ssh/sshd_config.d/00-lab-password.conf; systemctl reload-or-restart ssh.service")
 BOOT_TIMEOUT = 180  # seconds a batch of systemd nodes may take to finish booting
 BOOT_BATCH = 8
+
+
+def host_routes(text: str) -> list[tuple[str, ipaddress.IPv4Network]]:
+    """(interface, network) of every route in /proc/net/route text but the default one."""
+    out = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        dest, mask = (ipaddress.IPv4Address(int(x, 16).to_bytes(4, "little")) for x in (fields[1], fields[7]))
+        if int(mask):
+            out.append((fields[0], ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)))
+    return out
+
+
+def check_reachable(subnet: str, routes_text: str | None = None) -> None:
+    """This machine reaches SUBNET through a lab bridge, not through its default route: a lab address
+    sent out of the machine would be traffic to somebody else's network."""
+    if routes_text is None:
+        try:
+            routes_text = Path("/proc/net/route").read_text()
+        except OSError:
+            return
+    net = ipaddress.ip_network(subnet)
+    if not any(net.subnet_of(route) for _iface, route in host_routes(routes_text)):
+        raise LabError(f"this machine has no route to the lab network {subnet} (its bridge has no address): "
+                       "lab traffic would leave through the default route; remove the lab "
+                       "(`provision lab down`) and bring it up again")
 
 
 def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
@@ -410,7 +440,8 @@ def _run_argv(spec: LabSpec, idx: int, cname: str, tag: str, addr: str, side: st
         # until their ARP entries for the old MAC expired)
         "--network", f"{side_net}:ip={side},mac={node_mac(side)},interface_name=eth0",
         "--network", f"{spec.name}:ip={addr},mac={node_mac(addr)},interface_name=eth1",
-        "--no-hosts", "--shm-size", spec.shm_size,
+        # names are the nodes' /etc/hosts (the ssh_mesh role's); no name server: nothing resolves out of the lab
+        "--no-hosts", "--dns", "none", "--shm-size", spec.shm_size,
         "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_CHROOT", "--cap-add", "NET_RAW",
         "--cap-add", "SYS_PTRACE",
         *spec.node_options.get(idx, []),
@@ -459,6 +490,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
         k = subnet_index(spec.name, spec.subnet)
         plan = _plan(spec, k)
         _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
+        check_reachable(f"10.89.{k}.0/24")
     containers = list_containers(spec.name)
     server = mirror_mod.find(containers)
     if spec.wants_mirror() or server is not None:

@@ -273,7 +273,7 @@ def serve(lab: str, k: int, image: str, *, existing: dict | None, log=print) -> 
            "--label", f"{LABEL}={lab}", "--label", f"{LABEL_ROLE}={MIRROR_ROLE}",
            "--label", f"{LABEL_MIRROR_URL}={url}",
            "--network", f"{lab}:ip={address},mac={node_mac(address)},interface_name=eth0",
-           "--no-hosts", "-v", f"{mirror_root()}:/srv/mirror:ro",
+           "--no-hosts", "--dns", "none", "-v", f"{mirror_root()}:/srv/mirror:ro",
            image, "python3", "-m", "http.server", str(MIRROR_PORT), "--bind", address,
            "--directory", "/srv/mirror")
     wait_serving(url)
