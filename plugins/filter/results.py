@@ -38,6 +38,7 @@ _value:
 """
 
 
+from ansible_collections.provision.cluster.plugins.module_utils.become import become_problem
 from ansible_collections.provision.cluster.plugins.module_utils.checks import fail_line
 from ansible_collections.provision.cluster.plugins.module_utils.verify_report import unreachable
 
@@ -70,6 +71,19 @@ def unreachable_line(result, host, hostvars=None):
     return "%s; fix: %s (or leave it out for now: --limit '!%s')" % (head, fix, host)
 
 
+def become_line(result, host, hostvars=None):
+    """One line for a task that failed because become (sudo) did, naming what is wrong with it and the fix;
+    '' when the failure is not become's."""
+    res = result or {}
+    message = " ".join(str(res.get(k) or "") for k in ("msg", "module_stderr", "module_stdout", "stderr"))
+    hv = hostvars or {}
+    found = become_problem(host, message, hv.get("ansible_user"), hv.get("ansible_become_method") or "sudo")
+    if found is None:
+        return ""
+    return "%s: %s; fix: %s" % (host, found[0], found[1])
+
+
 class FilterModule:
     def filters(self):
-        return {"any_changed": any_changed, "failed_lines": failed_lines, "unreachable_line": unreachable_line}
+        return {"any_changed": any_changed, "failed_lines": failed_lines, "unreachable_line": unreachable_line,
+                "become_line": become_line}

@@ -12,6 +12,7 @@ and the run's duration added) and to its own failure message (``fail_lines``). S
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.become import become_problem
 from ansible_collections.provision.cluster.plugins.module_utils.known_hosts import presented_fingerprint
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import classify_ssh_error
 
@@ -25,6 +26,10 @@ def unreachable(node, conn, message=""):
     kind = str(conn.get("connection") or "ssh")
     host = conn.get("host") or node
     detail = C.one_line(message) or "no result from this node"
+    # the node answered: sudo (become) is what failed, and the fix is about sudo, not the network
+    become = become_problem(node, message, conn.get("user"), conn.get("become_method") or "sudo")
+    if become is not None:
+        return become
     if kind.endswith("podman") or kind.endswith("docker"):
         return detail, "start the container: %s start %s" % (kind.rsplit(".", 1)[-1], host)
     port_opt = "-p %s " % conn["port"] if conn.get("port") else ""

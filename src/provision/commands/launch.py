@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import click
 
 from provision import ansible
+from provision.commands._options import become_options
 from provision.terminal import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 # launcher -> (script rendered by the launchers role, where it runs)
@@ -62,13 +63,14 @@ class Play:
     run_id: str
     env: dict[str, str]
     extra: dict = field(default_factory=dict)
+    become_password: str | None = field(default=None, repr=False)
 
     def run(self, action: str, timeout: float, **variables) -> dict[str, dict]:
         evars = {"launch_action": action, "launch_run_id": self.run_id, "cluster_group": self.group,
                  **self.extra, **variables}
         argv = ansible.playbook_argv("playbooks/launch.yml", self.inventory, extra_vars=[json.dumps(evars)])
         try:
-            run = ansible.run_playbook(argv, self.env, timeout=timeout)
+            run = ansible.run_playbook(argv, self.env, timeout=timeout, become_password=self.become_password)
         except ansible.AnsibleError as exc:
             raise LaunchFailure("%s: %s" % (action, exc)) from None
         if run.timed_out:
@@ -91,12 +93,25 @@ class Play:
         return results
 
 
-def _problem(res: dict) -> str | None:
+def _problem(res: dict, host: str = "") -> str | None:
+    line = _become_line(res, host)
+    if line:
+        return line
     if res.get("unreachable"):
         return "unreachable: %s" % str(res.get("msg", "")).strip().splitlines()[0:1]
     if res.get("failed"):
         return str(res.get("msg", "failed")).strip().splitlines()[0]
     return None
+
+
+def _become_line(res: dict, host: str) -> str:
+    """What is wrong with become (sudo) when that is why the task failed, else ''."""
+    if not (res.get("failed") or res.get("unreachable")):
+        return ""
+    become = ansible.collection_module("become")
+    message = " ".join(str(res.get(k) or "") for k in ("msg", "module_stderr", "module_stdout"))
+    found = become.become_problem(host or "the node", message)
+    return "%s; fix: %s" % found if found else ""
 
 
 class Printer:
@@ -134,8 +149,10 @@ class Printer:
 @click.option("--chdir", default=None, help="Working directory of the job on the nodes.")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True,
               help="KEY=VALUE passed to Ansible (e.g. launchers_dir=/data/launch).")
+@become_options
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
-def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, program):
+def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, program, ask_become_pass,
+            become_password_file):
     """Start PROGRAM (script.py args...) on all nodes with the rendered launcher; stream the output.
 
     \b
@@ -158,11 +175,14 @@ def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, p
                                "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
                                "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_NOCOLOR": "1"})
     try:
+        password = ansible.become_password(ask_become_pass, become_password_file)
         hosts = read_inventory(inventory, group)
+    except ansible.AnsibleError as exc:
+        _usage(str(exc))
     except LaunchFailure as exc:
         _usage(str(exc))
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-    play = Play(inventory, group, run_id, env, extra={"launch_on": where, **extra})
+    play = Play(inventory, group, run_id, env, extra={"launch_on": where, **extra}, become_password=password)
     printer = Printer(hosts)
     code = _drive(play, hosts, script, list(program), chdir, timeout, poll_wait, printer)
     if code == EXIT_FAILED:
@@ -190,8 +210,8 @@ def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir:
         results = play.run("start", step, **args)
         # where it started: every node, or only the master (cluster_master) for launchers that
         # reach the others themselves; the play decides, we follow its results
-        started = [h for h in hosts if h in results and not _problem(results[h])]
-        failed = {h: _problem(results[h]) for h in hosts if h in results and h not in started}
+        started = [h for h in hosts if h in results and not _problem(results[h], h)]
+        failed = {h: _problem(results[h], h) for h in hosts if h in results and h not in started}
         if not results:
             failed = {h: "not started" for h in hosts}
         if failed:
@@ -213,7 +233,7 @@ def _drive(play: Play, hosts: list[str], script: str, program: list[str], chdir:
                                launch_poll_hosts=sorted(running))
             for host in sorted(running):
                 res = results.get(host)
-                why = _problem(res) if res else "no answer to the poll"
+                why = _problem(res, host) if res else "no answer to the poll"
                 if why:
                     click.echo("provision launch: %s: %s" % (host, why), err=True)
                     codes[host] = -1
