@@ -73,9 +73,9 @@ def exit_code(document: dict[str, Any]) -> int:
 def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), limit: str | None = None,
            smoke: bool = False, extra_vars: list[str] | None = None, timeout: float = 300,
            on_event: Callable[[dict[str, Any]], None] | None = None, baseline: str | None = None,
-           save_baseline: bool = False, full: bool = False) -> dict[str, Any]:
+           save_baseline: bool = False, full: bool = False, become_password: str | None = None) -> dict[str, Any]:
     """Run the checks and return the document; VerifyError for usage/inventory problems,
-    TimeoutError when the run passed its limit."""
+    TimeoutError when the run passed its limit. become_password: the sudo password of the login user."""
     try:
         inv = ansible.resolve_inventory(inventory)
     except ansible.AnsibleError as exc:
@@ -86,7 +86,8 @@ def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), l
         raise VerifyError(f"{inventory} is a host list: give --baseline FILE to keep the baseline in")
     argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars, baseline=where,
                               save_baseline=save_baseline, full=full)
-    run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True)
+    run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True,
+                               become_password=become_password)
     if run.timed_out:
         raise TimeoutError(f"verify did not finish within {timeout:.0f} s (ansible-playbook was stopped)")
     if not isinstance(run.report, dict):

@@ -8,8 +8,10 @@ from typing import Any
 
 import click
 
+from provision import ansible
 from provision import verify as core
 from provision.app import Application
+from provision.commands._options import become_options
 from provision.terminal import Terminal, make_table
 
 MARK = {"pass": "[green]✓[/green]", "fail": "[red]✗[/red]", "warn": "[yellow]![/yellow]",
@@ -186,9 +188,11 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="With --local (implied): SLURM's health check. Drain this node when a check fails (reason "
                    "'provision: <check>: <cause>'), resume it when all pass and the drain was ours (README).")
 @click.option("--node-name", metavar="NAME", help="This node's name [default: $SLURMD_NODENAME, else the short hostname].")
+@become_options
 def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool, full: bool,
             extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
-            list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None) -> None:
+            list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None, ask_become_pass: bool,
+            become_password_file: str | None) -> None:
     """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
 
     \b
@@ -207,10 +211,12 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
             app.usage("--local checks this node only: no --inventory, --limit, --smoke or --save-baseline")
         _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name)
     timeout = timeout or 300
+    with app.guard():
+        password = ansible.become_password(ask_become_pass, become_password_file)
     with app.guard(), Progress(term) as progress:  # on stderr: stdout stays one JSON document with --json
         doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke, full=full,
                           extra_vars=list(extra_vars), timeout=timeout, on_event=progress, baseline=baseline,
-                          save_baseline=save_baseline)
+                          save_baseline=save_baseline, become_password=password)
     if json_mode:
         app.emit_json(doc)
     else:
