@@ -70,7 +70,7 @@ def test_a_node_that_fails_to_start_takes_back_what_this_run_created(monkeypatch
     monkeypatch.setattr(lab_core, "podman", fake_podman)
     monkeypatch.setattr(lab_core, "build_image", lambda flavour, **kw: "localhost/img:x")
     monkeypatch.setattr(lab_core, "subnet_index", lambda name, want=None: 50)
-    monkeypatch.setattr(lab_core, "check_reachable", lambda subnet: None)
+    monkeypatch.setattr(lab_core, "check_reachable", lambda subnet: None)  # (never reached: node3 fails)
     monkeypatch.setattr(lab_core, "machine_lock", lambda *a, **kw: contextlib.nullcontext())
     monkeypatch.setattr(lab_core, "list_containers", lambda name: [])
     with pytest.raises(lab_core.LabError, match="removed the 3 node"):

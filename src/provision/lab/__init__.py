@@ -490,7 +490,6 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
         k = subnet_index(spec.name, spec.subnet)
         plan = _plan(spec, k)
         _ensure_network(spec.name, f"10.89.{k}.0/24", spec.name)
-        check_reachable(f"10.89.{k}.0/24")
     containers = list_containers(spec.name)
     server = mirror_mod.find(containers)
     if spec.wants_mirror() or server is not None:
@@ -543,6 +542,8 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             _remove_node(spec.name, idx, cname, log=lambda _m: None)
         undo = f"; removed the {len(created)} node(s) this run had created" if created else ""
         raise LabError(f"{exc}{undo}") from exc
+    # the bridge has its address once a container is attached: before anything talks to the lab
+    check_reachable(f"10.89.{k}.0/24")
     url = None
     if spec.wants_mirror() or server is not None:
         url = mirror_mod.serve(spec.name, k, tags[spec.release(1)], existing=server, log=log)
