@@ -117,8 +117,10 @@ def select_local(names: tuple[str, ...] | list[str]) -> list[str]:
 
 def local_inventory(node: str, address: str | None = None, python: str | None = None) -> str:
     """A one-host inventory (YAML) for this node, reached with Ansible's local connection."""
+    # ansible_become false: the checks run as whoever runs them (slurmd's root for the health check), with
+    # no sudo (the plays' `become: true` is for nodes logged into as an admin)
     host = {"ansible_connection": "local", "ansible_python_interpreter": python or sys.executable,
-            "cluster_address": address or node}
+            "cluster_address": address or node, "ansible_become": False}
     return json.dumps({"cluster": {"hosts": {node: host}}}, indent=1) + "\n"
 
 
