@@ -131,12 +131,18 @@ def lab_scales(nodes, cores):
     return {"login": max(1, -(-nodes // (4 * cores))), "ring": max(1, -(-nodes * nodes // (64 * cores)))}
 
 
-def _role_default(loader, role, name):
+def _role_default(role, name):
+    """The number a role's defaults/main.yml gives NAME, read as plain YAML: not through Ansible's loader,
+    which would cache the file without the template trust the role's own loading gives it (ansible-core
+    2.19: the role's templated defaults would then stay untemplated)."""
+    import yaml
+
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                         "roles", role, "defaults", "main.yml")
     try:
-        return (loader.load_from_file(path) or {}).get(name)
-    except Exception:  # a missing or unreadable defaults file: that bound is not raised
+        with open(path, encoding="utf-8") as handle:
+            return (yaml.safe_load(handle) or {}).get(name)
+    except (OSError, yaml.YAMLError):  # a missing or unreadable defaults file: that bound is not raised
         return None
 
 
@@ -184,8 +190,8 @@ class InventoryModule(BaseInventoryPlugin):
         scales = lab_scales(len(nodes), os.cpu_count())
         self.inventory.set_variable("lab", "lab_time_scale", scales["login"])
         for role, var, kind in _SCALED:
-            default = _role_default(loader, role, var)
-            if scales[kind] > 1 and isinstance(default, (int, float)):
+            default = _role_default(role, var) if scales[kind] > 1 else None
+            if isinstance(default, (int, float)):
                 self.inventory.set_variable("lab", var, default * scales[kind])
         for c in nodes:
             labels = c.get("Labels") or {}

@@ -7,6 +7,7 @@ import ipaddress
 import subprocess
 
 import helpers  # noqa: F401
+from helpers import REPO as REPO_ROOT
 import pytest
 
 from provision import lab as lab_core
@@ -197,12 +198,10 @@ def test_the_lab_inventory_raises_the_waits_of_a_lab_larger_than_its_machine():
     assert inv.lab_scales(32, 16) == {"login": 1, "ring": 1}
     assert inv.lab_scales(3, None) == {"login": 1, "ring": 1}
 
-    class Loader:
-        def load_from_file(self, path):
-            return yaml.safe_load(open(path))
     for role, var, _kind in inv._SCALED:
-        assert isinstance(inv._role_default(Loader(), role, var), int), (role, var)
-    assert inv._role_default(Loader(), "pdsh", "pdsh_connect_timeout") == 10
+        assert isinstance(inv._role_default(role, var), int), (role, var)
+    assert inv._role_default("pdsh", "pdsh_connect_timeout") == yaml.safe_load(
+        (REPO_ROOT / "roles/pdsh/defaults/main.yml").read_text())["pdsh_connect_timeout"]
 
 
 ROUTES = """\
