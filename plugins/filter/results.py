@@ -40,6 +40,7 @@ _value:
 
 from ansible_collections.provision.cluster.plugins.module_utils.become import become_problem
 from ansible_collections.provision.cluster.plugins.module_utils.checks import fail_line
+from ansible_collections.provision.cluster.plugins.module_utils.known_hosts import proxy_of
 from ansible_collections.provision.cluster.plugins.module_utils.verify_report import unreachable
 
 
@@ -65,7 +66,8 @@ def unreachable_line(result, host, hostvars=None):
     listening, no answer, a frozen node, a changed host key) and how to get it back."""
     hv = hostvars or {}
     conn = {"connection": hv.get("ansible_connection"), "host": hv.get("ansible_host") or host,
-            "port": hv.get("ansible_port"), "user": hv.get("ansible_user")}
+            "port": hv.get("ansible_port"), "user": hv.get("ansible_user"),
+            "proxy": proxy_of(hv.get("ansible_ssh_common_args"), hv.get("ansible_ssh_extra_args"))}
     cause, fix = unreachable(host, conn, (result or {}).get("msg") or "")
     head = cause if cause.startswith(host + " ") else "%s: %s" % (host, cause)
     return "%s; fix: %s (or leave it out for now: --limit '!%s')" % (head, fix, host)
