@@ -131,8 +131,9 @@ class LabSpec:
         for release in self.os:
             check_image_args(self.flavour, release, self.init)
         # a restore brings the nodes as they were made (their password included): none is asked for
-        login_mod.check(self.login, self.sudo_password if not self.snapshot else (self.sudo_password or "-"),
-                        self.bastion, self.flavour)
+        restored = self.snapshot and self.login == "sudo-password"
+        login_mod.check(self.login, self.sudo_password or ("(in the snapshot)" if restored else None), self.bastion,
+                        self.flavour)
 
 
 # ---------------------------------------------------------------- host prerequisites

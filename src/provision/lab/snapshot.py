@@ -190,12 +190,13 @@ def restore(lab: str, name: str, *, mirror: bool = False, log=print) -> dict:
         raise LabError(f"snapshot {name} mixes init systems, flavours, /dev/shm sizes or logins, which one lab cannot")
     login, bastion = logins.pop()
     started = time.monotonic()
-    down(lab, log=lambda _m: None)
     spec = LabSpec(name=lab, nodes=len(nodes), flavour=flavours.pop(), shm_size=shm.pop(), init=inits.pop(),
                    os=tuple(n["os"] for n in nodes), mirror=mirror or bool(record.get("mirror")),
                    node_options={n["index"]: list(n["node_options"]) for n in nodes if n["node_options"]},
                    images={n["index"]: n["image"] for n in nodes}, snapshot=name, subnet=int(record["subnet"]),
                    login=login, bastion=bastion)
+    spec.check()  # before the lab is removed: a snapshot this provision cannot bring back leaves it as it is
+    down(lab, log=lambda _m: None)
     # the lab's controller-side files first: a login lab's key is the one its nodes authorize (a new
     # bastion gets it too), and up() records the host keys of this run in its known_hosts
     folder = lab_state_dir(lab)
