@@ -95,11 +95,6 @@ LABEL_FLAVOUR = "provision.lab.flavour"
 LABEL_RECIPE = "provision.recipe"
 LABEL_ROLE = "provision.lab.role"
 LABEL_MIRROR_URL = "provision.lab.mirror_url"
-LABEL_LOGIN = "provision.lab.login"
-LABEL_BASTION = "provision.lab.bastion"
-# src/provision/lab/login.py: the admin and the training user of the login shapes
-ADMIN = "ops"
-TRAINER = "trainer"
 
 
 def _port_open(addr, port, timeout=0.3):
@@ -117,6 +112,13 @@ def _known(known_hosts, addr, port):
             return any(line.startswith(marker) or (",%s" % marker) in line for line in handle)
     except OSError:
         return False
+
+
+# the login shapes (src/provision/lab/login.py): how a node says it was made, its admin and training user
+LABEL_LOGIN = "provision.lab.login"
+LABEL_BASTION = "provision.lab.bastion"
+ADMIN = "ops"
+TRAINER = "trainer"
 
 
 # (role, variable, which factor): the bounds a lab larger than its machine raises (see DOCUMENTATION)
