@@ -100,6 +100,9 @@ def _through_bastion(node, conn, message, detail):
     if not hop and not broken:
         return None
     what = "the bastion %s (ProxyJump %s)" % (hop, proxy) if hop else "the bastion (ProxyJump %s)" % proxy
+    # ssh's own words, without Ansible's preamble about the node
+    detail = re.sub(r'^(?:Data could not be sent to remote host "[^"]*"\. Make sure this host can be reached over '
+                    r'ssh: |Failed to connect to the host via ssh: )', "", detail)
     presented = presented_fingerprint(message)
     cls = classify_ssh_error(message)[0]
     if hop and cls == "host_key_changed" and presented:
