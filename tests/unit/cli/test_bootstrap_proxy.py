@@ -63,7 +63,7 @@ def test_proxyjump_from_the_inventory_and_an_ssh_config(tmp_path):
 @needs_ssh
 def test_proxyjump_chain_and_proxycommand(tmp_path):
     cfg = tmp_path / "cfg"
-    cfg.write_text("Host *\n  UserKnownHostsFile /dev/null/never\n")
+    cfg.write_text(f"Host *\n  UserKnownHostsFile {tmp_path / 'kh'}\n")
     t = core.Target(name="n", address="10.0.0.5", port=2222, user="ops",
                     ssh_common_args=f"-F {cfg} -J admin@gw1:2200,gw2")
     proxy = core.resolve_proxy(t)
