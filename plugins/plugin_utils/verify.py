@@ -123,9 +123,8 @@ def own_connection(action):
         conn.become = copy.copy(conn.become)
     shell = getattr(conn, "_shell", None)
     if shell is not None:
+        # a remote tmpdir made in a thread (no pipelining) is that thread's, removed by run_modules
         conn._shell = copy.copy(shell)
-        # a remote tmpdir made in this thread is this thread's to remove
-        conn._shell.tmpdir = shell.tmpdir
     mine._connection = conn
     return mine
 
