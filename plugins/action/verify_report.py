@@ -121,7 +121,9 @@ class ActionModule(ActionBase):
             if reachable and node.get("failed") and not records:
                 records = [C.failed("verify", node.get("msg") or "the checks failed", "see `provision verify -v`", node=h)]
             conn = {"connection": var.hostvar(h, "ansible_connection") or "ssh", "host": var.hostvar(h, "ansible_host") or h,
-                    "port": var.hostvar(h, "ansible_port"), "user": var.hostvar(h, "ansible_user")}
+                    "port": var.hostvar(h, "ansible_port"), "user": var.hostvar(h, "ansible_user"),
+                    "proxy": KH.proxy_of(var.hostvar(h, "ansible_ssh_common_args"),
+                                         var.hostvar(h, "ansible_ssh_extra_args"))}
             if not reachable and "IDENTIFICATION HAS CHANGED" in (why or ""):
                 conn.update(_recorded_keys(var, h, conn))
             nodes[h] = {"address": addresses.get(h, h), "reachable": reachable, "reach_detail": why, "checks": records,

@@ -22,6 +22,7 @@ import shlex
 
 import yaml
 
+from ansible_collections.provision.cluster.plugins.module_utils.bashrc import render_block
 from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import node_address
 
 DEFAULT_PORT = 29500
@@ -257,10 +258,43 @@ def colossalai_command(nodes, hostfile, master_addr, master_port=DEFAULT_PORT, s
             % (per_node, _q(hostfile), _q(master_addr), int(master_port), int(ssh_port)))
 
 
-def launch_script(command, header=None, env_file=None, prelude=""):
-    """A small executable sh script: sets `here` (its own directory), sources ENV_FILE (a name in
-    that directory) if given, runs PRELUDE (sh lines), then execs COMMAND "$@"."""
+# The cluster's environment (what the shell_env role puts in ~/.bashrc: the venv, CUDA, NCCL/Gloo), as a
+# file of the launch directory every script sources itself: a job gets it whoever starts it (sudo -u, cron,
+# a CI runner, `sbatch --export=NONE`), not only from a login shell.
+CLUSTER_ENV = "cluster.env.sh"
+
+
+# what a login would have given, for a script started with no environment at all
+_BASE_ENV = ('PATH=${PATH:-/usr/local/bin:/usr/bin:/bin}; export PATH\n'
+             '[ -n "${HOME:-}" ] || HOME=$(getent passwd "$(id -u)" | cut -d: -f6); export HOME\n')
+
+
+def cluster_env_script(environment, header=None):
+    """The sourceable sh file of the merged environment (the ~/.bashrc block's lines)."""
+    return _header(header) + render_block(environment or {})
+
+
+def _path_expr(path):
+    """A shell word for PATH that bash expands the same for every user: `~user/` stays unquoted (tilde
+    expansion through the passwd entry, no $HOME needed), the rest is quoted."""
+    path = str(path)
+    if path.startswith("~"):
+        head, sep, rest = path.partition("/")
+        if head[1:] and not all(c.isalnum() or c in "._-" for c in head[1:]):
+            raise LaunchError("launchers_dir %r: not a user name after ~" % path)
+        return head + sep + (shlex.quote(rest) if rest else "")
+    if not path.startswith("/"):
+        raise LaunchError("launchers_dir %r must be absolute or start with ~user/" % path)
+    return shlex.quote(path)
+
+
+def launch_script(command, header=None, env_file=None, prelude="", cluster_env=None):
+    """A small executable sh script: sets `here` (its own directory), sources CLUSTER_ENV and ENV_FILE
+    (names in that directory) if given, runs PRELUDE (sh lines), then execs COMMAND "$@"."""
     lines = ["#!/bin/sh\n", _header(header), "set -e\n", 'here=$(cd "$(dirname "$0")" && pwd)\n']
+    if cluster_env:
+        # the cluster's environment, whoever starts this script (PATH may be unset: sbatch --export=NONE)
+        lines.append(_BASE_ENV + ". %s\n" % _q(HERE + "/" + cluster_env))
     if env_file:
         lines.append("set -a\n. %s\nset +a\n" % _q(HERE + "/" + env_file))
     lines.append(prelude)
@@ -297,9 +331,15 @@ def accelerate_config(nodes, name, master_addr, master_port=DEFAULT_PORT, use_gp
 
 
 def sbatch_script(nodes, master_port=DEFAULT_PORT, python="python3", job_name="provision", use_gpu=True,
-                  header=None, extra_directives=None):
+                  header=None, extra_directives=None, cluster_env=None):
     """A SLURM batch script: one srun task per node, each running torchrun with c10d rendezvous
-    on the first host of the allocation. Submit: `sbatch sbatch.sh script.py args...`."""
+    on the first host of the allocation. Submit: `sbatch sbatch.sh script.py args...`.
+
+    CLUSTER_ENV: the path of the cluster environment file (cluster.env.sh of the launch directory; sbatch
+    runs a copy of this script, so not relative to it). Each task sources its own node's file, and srun
+    passes the tasks the environment explicitly (--export=ALL): `sbatch --export=NONE` (a common site
+    default) makes srun export nothing otherwise (SLURM_EXPORT_ENV=NONE), and the submitter's shell need not
+    have the venv. PYTHON is the environment's own interpreter (absolute), never the submitter's python3."""
     per_node = uniform_slots(nodes)
     if per_node is None:
         raise LaunchError("sbatch script needs the same slots on every node")
@@ -307,15 +347,21 @@ def sbatch_script(nodes, master_port=DEFAULT_PORT, python="python3", job_name="p
     if use_gpu:
         directives.append("--gpus-per-node=%d" % per_node)
     directives += list(extra_directives or [])
+    task = ""
+    if cluster_env:
+        # bash -c: $0 is the environment file (expanded here, the same path on every node), then the command
+        task = "/bin/bash -c 'set -a; . \"$0\"; set +a; exec \"$@\"' %s " % _path_expr(cluster_env)
     return "".join([
         "#!/bin/bash\n",
         "".join("#SBATCH %s\n" % d for d in directives),
         _header(header),
         "set -euo pipefail\n",
+        "# the interpreter and the environment are named here: the job does not depend on who submits it\n",
+        _BASE_ENV,
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)\n',
         "export MASTER_ADDR=\"$head_node\" MASTER_PORT=%d\n" % int(master_port),
-        "srun --kill-on-bad-exit=1 %s --nnodes=\"$SLURM_JOB_NUM_NODES\" --nproc-per-node=%d \\\n"
-        % (_torchrun(python), per_node),
+        "srun --export=ALL --kill-on-bad-exit=1 %s%s --nnodes=\"$SLURM_JOB_NUM_NODES\" --nproc-per-node=%d \\\n"
+        % (task, _torchrun(python), per_node),
         "    --rdzv-backend=c10d --rdzv-endpoint=\"$head_node:%d\" --rdzv-id=\"$SLURM_JOB_ID\""
         " --max-restarts=0 \\\n" % int(master_port),
         '    "$@"\n',
@@ -359,21 +405,28 @@ def launch_env(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFA
 
 
 def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFAULT_SSH_PORT,
-                 python="python3", use_gpu=True, header=None, sbatch_directives=None):
+                 python="python3", use_gpu=True, header=None, sbatch_directives=None, environment=None,
+                 launch_dir=None):
     """Every file of the launch directory for node NAME: {filename: {"content": str, "mode": "0644"}}.
 
-    The scripts refer to the files next to them (wherever the directory is)."""
+    The scripts refer to the files next to them (wherever the directory is). ENVIRONMENT: the node's
+    merged cluster environment (the shell_env role's), written as cluster.env.sh, which every script
+    sources; LAUNCH_DIR: the directory as configured (launchers_dir), for sbatch.sh's copy to find it."""
     nodes = _Checked(_check(nodes))
     d = HERE
     env_file = "launch.env"
+    cluster_env = CLUSTER_ENV if environment is not None else None
     files = {}
 
     def add(fname, content, mode="0644"):
         files[fname] = {"content": content, "mode": mode}
 
     def script(fname, command, prelude=""):
-        add(fname, launch_script(command, header=header, env_file=env_file, prelude=prelude), "0755")
+        add(fname, launch_script(command, header=header, env_file=env_file, prelude=prelude,
+                                 cluster_env=cluster_env), "0755")
 
+    if cluster_env:
+        add(CLUSTER_ENV, cluster_env_script(environment, header))
     add("launch.env", launch_env(nodes, name, master_addr, master_port, ssh_port, header=header))
     add("hostfile.deepspeed", deepspeed_hostfile(nodes, header=header))
     add("hostfile.mpi", mpi_hostfile(nodes, header=header))
@@ -390,8 +443,11 @@ def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DE
         script("torchrun-c10d.sh", torchrun_c10d_command(nodes, master_addr, master_port, python))
         script("colossalai.sh", colossalai_command(nodes, d + "/hostfile.colossalai", master_addr, master_port,
                                                    ssh_port))
+        env_path = None
+        if cluster_env and launch_dir:
+            env_path = str(launch_dir).rstrip("/") + "/" + CLUSTER_ENV
         add("sbatch.sh", sbatch_script(nodes, master_port, python, use_gpu=use_gpu, header=header,
-                                       extra_directives=sbatch_directives), "0755")
+                                       extra_directives=sbatch_directives, cluster_env=env_path), "0755")
     if all(n.get("device_ips") for n in nodes):
         add("hccl_rank_table.json", json.dumps(hccl_rank_table(nodes), indent=4) + "\n")
     return files

@@ -59,12 +59,16 @@ def shell_env_merge(facts, extra_vars=None):
 def shell_env_common(hosts, hostvars):
     """Variables whose value is the same on every node (what may go into ~/.deepspeed_env).
 
-    Each node's merged environment is its (cached) __shell_env fact; nodes that never ran the role
-    are left out.
+    Each node's merged environment is its __shell_env fact of this run, else (a node this run does not
+    reach: --limit) what its stages exported (the cached __shell_env_exports) with its inventory's
+    shell_env_extra_vars; nodes that never ran the role are left out.
     """
     envs = []
     for host in hosts:
-        merged = hostvars[host].get("__shell_env") if host in hostvars else None
+        hv = hostvars[host] if host in hostvars else {}
+        merged = hv.get("__shell_env")
+        if not merged and hv.get("__shell_env_exports"):
+            merged = merge_env([("exports", hv.get("__shell_env_exports"))], hv.get("shell_env_extra_vars") or {})
         if merged:
             envs.append(merged.get("env") or {})
     return common_env(envs)

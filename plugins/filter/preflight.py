@@ -47,10 +47,36 @@ _value:
 """
 
 from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import plan_from_hostvars, python_problem
+from ansible_collections.provision.cluster.plugins.module_utils.machine import PROBE, machine_verdict, parse_identity
+from ansible_collections.provision.cluster.plugins.module_utils.users import training_user_report
 
 
 def preflight_python_problem(host, version_text):
     return python_problem(host, version_text) or ""
+
+
+def preflight_training_user(hostvars, hosts, user, create=False):
+    """{"errors", "warnings"} about the training user from each host's getent result (__preflight_user)."""
+    entries = {}
+    for host in hosts:
+        res = (hostvars.get(host) or {}).get("__preflight_user") or {}
+        if res.get("skipped") or res.get("unreachable") or not res:
+            continue
+        entries[host] = ((res.get("ansible_facts") or {}).get("getent_passwd") or {}).get(user)
+    return training_user_report(entries, user, str(create).lower() in ("1", "true", "yes", "on"))
+
+
+def machine_identity(raw_result):
+    """provision_machine from the identity probe's raw result (None when it did not run or answer)."""
+    res = raw_result or {}
+    if res.get("unreachable") or res.get("skipped") or res.get("rc", 1) != 0:
+        return None
+    return parse_identity(res.get("stdout"))
+
+
+def machine_probe(_unused=None):
+    """The sh command identity.yml runs with raw (module_utils/machine.py)."""
+    return PROBE
 
 
 class FilterModule:
@@ -58,4 +84,8 @@ class FilterModule:
         return {
             "cluster_plan": plan_from_hostvars,
             "preflight_python_problem": preflight_python_problem,
+            "preflight_training_user": preflight_training_user,
+            "machine_identity": machine_identity,
+            "machine_verdict": machine_verdict,
+            "machine_probe": machine_probe,
         }

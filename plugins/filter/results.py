@@ -38,7 +38,9 @@ _value:
 """
 
 
+from ansible_collections.provision.cluster.plugins.module_utils.become import become_problem
 from ansible_collections.provision.cluster.plugins.module_utils.checks import fail_line
+from ansible_collections.provision.cluster.plugins.module_utils.known_hosts import proxy_of
 from ansible_collections.provision.cluster.plugins.module_utils.verify_report import unreachable
 
 
@@ -64,12 +66,26 @@ def unreachable_line(result, host, hostvars=None):
     listening, no answer, a frozen node, a changed host key) and how to get it back."""
     hv = hostvars or {}
     conn = {"connection": hv.get("ansible_connection"), "host": hv.get("ansible_host") or host,
-            "port": hv.get("ansible_port"), "user": hv.get("ansible_user")}
+            "port": hv.get("ansible_port"), "user": hv.get("ansible_user"),
+            "proxy": proxy_of(hv.get("ansible_ssh_common_args"), hv.get("ansible_ssh_extra_args"))}
     cause, fix = unreachable(host, conn, (result or {}).get("msg") or "")
     head = cause if cause.startswith(host + " ") else "%s: %s" % (host, cause)
     return "%s; fix: %s (or leave it out for now: --limit '!%s')" % (head, fix, host)
 
 
+def become_line(result, host, hostvars=None):
+    """One line for a task that failed because become (sudo) did, naming what is wrong with it and the fix;
+    '' when the failure is not become's."""
+    res = result or {}
+    message = " ".join(str(res.get(k) or "") for k in ("msg", "module_stderr", "module_stdout", "stderr"))
+    hv = hostvars or {}
+    found = become_problem(host, message, hv.get("ansible_user"), hv.get("ansible_become_method") or "sudo")
+    if found is None:
+        return ""
+    return "%s: %s; fix: %s" % (host, found[0], found[1])
+
+
 class FilterModule:
     def filters(self):
-        return {"any_changed": any_changed, "failed_lines": failed_lines, "unreachable_line": unreachable_line}
+        return {"any_changed": any_changed, "failed_lines": failed_lines, "unreachable_line": unreachable_line,
+                "become_line": become_line}

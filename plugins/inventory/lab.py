@@ -37,6 +37,15 @@ description:
     C(allreduce_smoke_timeout), whose ring grows with the nodes, by C(ceil(nodes^2 / (64 x cores))) - each
     the role default times that factor. C(lab_time_scale) holds the first factor. Variables set in the
     inventory's group_vars or with C(-e) still win.
+  - A lab made with C(provision lab up --login sudo) (or C(sudo-password), or C(--bastion)) is logged into
+    as its users log into clusters - as the admin C(ops) over ssh on port 22 with the lab's key
+    (C(ansible_ssh_private_key_file), in the lab's state directory), host keys checked against the lab's
+    known_hosts (read at the nodes' console when the lab came up), C(ansible_become) true, and
+    C(cluster_user) the training user C(trainer). Never through podman, which would bypass that login.
+    With C(--bastion) through the lab's bastion (C(ProxyJump) through a C(Host) of the lab's ssh_config,
+    whose host key is checked in the same known_hosts). C(lab_login) is C(root), C(sudo) or
+    C(sudo-password); with C(sudo-password) the password is the user's to give (C(-K),
+    C(--become-password-file)), never the inventory's.
   - The config file must end in C(lab.yml) or C(lab.yaml).
 options:
   plugin:
@@ -110,6 +119,13 @@ def _known(known_hosts, addr, port):
         return False
 
 
+# the login shapes (src/provision/lab/login.py): how a node says it was made, its admin and training user
+LABEL_LOGIN = "provision.lab.login"
+LABEL_BASTION = "provision.lab.bastion"
+ADMIN = "ops"
+TRAINER = "trainer"
+
+
 # (role, variable, which factor): the bounds a lab larger than its machine raises (see DOCUMENTATION)
 _SCALED = (("ssh_mesh", "ssh_mesh_check_connect_timeout", "login"), ("ssh_mesh", "ssh_mesh_check_timeout", "login"),
            ("pdsh", "pdsh_connect_timeout", "login"), ("pdsh", "pdsh_command_timeout", "login"),
@@ -173,6 +189,7 @@ class InventoryModule(BaseInventoryPlugin):
         everything = json.loads(proc.stdout or "[]")
         containers = [c for c in everything if not (c.get("Labels") or {}).get(LABEL_ROLE)]
         mirror = next((c for c in everything if (c.get("Labels") or {}).get(LABEL_ROLE) == "mirror"), None)
+        bastion = next((c for c in everything if (c.get("Labels") or {}).get(LABEL_ROLE) == "bastion"), None)
         mirror_url = (mirror.get("Labels") or {}).get(LABEL_MIRROR_URL) if mirror else None
         if not containers:
             raise AnsibleParserError(
@@ -222,6 +239,13 @@ class InventoryModule(BaseInventoryPlugin):
             state = str(c.get("State") or "unknown").lower()
             setv(host, "lab_state", state)
             down = state not in ("running", "paused")
+            login = labels.get(LABEL_LOGIN) or "root"
+            setv(host, "lab_login", login)
+            setv(host, "lab_bastion", labels.get(LABEL_BASTION) == "1")
+            if login != "root":
+                self._login_host(host, addr, name, state_dir, known_hosts, labels.get(LABEL_BASTION) == "1",
+                                 bastion, down)
+                continue
             use_ssh = down or mode == "ssh" or (
                 mode == "auto" and _known(known_hosts, addr, port) and _port_open(addr, port))
             if use_ssh:
@@ -242,3 +266,29 @@ class InventoryModule(BaseInventoryPlugin):
                 setv(host, "ansible_host", c["Names"][0])
                 setv(host, "ansible_user", "root")
                 setv(host, "ansible_podman_executable", "podman")
+
+    def _login_host(self, host, addr, lab, state_dir, known_hosts, behind, bastion, down):
+        """A node of a login lab: the admin over ssh on 22 with become, never podman (lab/login.py)."""
+        setv = self.inventory.set_variable
+        args = ["-o UserKnownHostsFile=%s" % known_hosts, "-o StrictHostKeyChecking=yes", "-o IdentitiesOnly=yes"]
+        if behind:
+            if bastion is None:
+                raise AnsibleParserError("lab inventory: lab %r was made with --bastion but has no bastion "
+                                         "container; run `provision lab up --name %s --bastion` again" % (lab, lab))
+            # ssh hands -F (not -o) to the jump connection: the bastion's Host block there names its key,
+            # user and known_hosts
+            args = ["-F %s" % os.path.join(state_dir, "ssh_config"), "-o ProxyJump=%s-bastion" % lab] + args
+        setv(host, "ansible_connection", "ssh")
+        setv(host, "ansible_host", addr)
+        setv(host, "ansible_port", 22)
+        setv(host, "ansible_user", ADMIN)
+        setv(host, "ansible_become", True)
+        setv(host, "ansible_ssh_private_key_file", os.path.join(state_dir, "id_ed25519"))
+        setv(host, "ansible_ssh_common_args", " ".join(args))
+        setv(host, "cluster_user", TRAINER)
+        # the lab's console authorized the lab's key: the controller's own key is not spread to the nodes
+        setv(host, "ssh_mesh_controller_access", False)
+        if down:
+            setv(host, "ansible_ssh_args", "-o ConnectTimeout=3 -o ConnectionAttempts=1")
+            setv(host, "ansible_ssh_timeout", 3)
+            setv(host, "ansible_ssh_retries", 0)

@@ -19,6 +19,7 @@ so no default is restated here. Controller-side only (the action plugins and the
 from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.become import become_problem
 from ansible_collections.provision.cluster.plugins.module_utils import consistency, fabric_health, gpu_health, mesh_audit
 from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome, env_python
 
@@ -121,10 +122,17 @@ class Spec:
         """The Check records of one module result, named for this node."""
         if result.get("skipped"):
             return []
+        found = [c for c in result.get("checks") or [] if isinstance(c, dict)]
+        if result.get("unreachable") or (not found and result.get("failed")):
+            # sudo (become) failed on a node that answers: say what is wrong with become
+            message = " ".join(str(result.get(k) or "") for k in ("msg", "module_stderr", "module_stdout"))
+            user = ctx.var("ansible_user") if ctx is not None and getattr(ctx, "var", None) else None
+            become = become_problem(node, message, user)
+            if become is not None:
+                return [C.failed(self.title, become[0], become[1], node=node)]
         if result.get("unreachable"):
             return [C.failed(self.title, result.get("msg") or "unreachable", "make %s reachable and re-run" % node,
                              node=node)]
-        found = [c for c in result.get("checks") or [] if isinstance(c, dict)]
         if not found and result.get("failed"):
             return [C.failed(self.title, result.get("msg") or result.get("module_stderr") or "the check failed",
                              "see `provision verify --check %s -v`" % self.group, node=node)]

@@ -212,3 +212,31 @@ def user_known_hosts_files(*ssh_args):
         for m in _UKHF.finditer(str(args or "")):
             files.extend(m.group(1).strip("\"'").split())
     return files or ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
+
+
+_PROXY = re.compile(r"(?:ProxyJump[= ]+|(?:^|\s)-J\s*)(\"[^\"]+\"|'[^']+'|\S+)|ProxyCommand[= ]+(\"[^\"]+\"|'[^']+')",
+                    re.IGNORECASE)
+
+
+def proxy_of(*ssh_args):
+    """The bastion ssh goes through for a host, as its options name it (ProxyJump / -J value, or the
+    ProxyCommand), else ''."""
+    for args in ssh_args:
+        m = _PROXY.search(str(args or ""))
+        if m:
+            return (m.group(1) or m.group(2) or "").strip("\"'")
+    return ""
+
+
+_NAMED_HOST = re.compile(r"connect to host (\S+) port (\d+)|Host key for (\S+) has changed|-R \"?([^\"\s]+)")
+
+
+def failed_hop(ssh_output, node_addresses):
+    """The host an ssh error names when it is not the node itself (the bastion a ProxyJump went
+    through), else ''."""
+    nodes = {str(a).strip("[]") for a in node_addresses if a}
+    for m in _NAMED_HOST.finditer(ssh_output or ""):
+        host = next(g for g in m.groups() if g).strip("[]").split("]:")[0]
+        if host not in nodes:
+            return host
+    return ""

@@ -71,3 +71,34 @@ def as_user(user, extra_env=None):
 
             kwargs["preexec_fn"] = drop
     return kwargs, None
+
+
+def training_user_report(entries, user, create=False):
+    """What preflight says about the training user on every node.
+
+    entries: {node: the user's passwd entry there as getent gives it ([password, uid, gid, gecos,
+    home, shell]) or None when the node has no such user}, in inventory order. create: the inventory
+    lets site.yml create a local user (cluster_user_create: true).
+    Returns {"errors": [one line per node], "warnings": [one line]}: a missing user is an error (a
+    site whose users come from LDAP must not get a local one silently) unless create is set; uids or
+    gids that differ between nodes are a warning (files the user writes on a shared filesystem
+    belong to someone else on the other nodes).
+    """
+    errors, warnings = [], []
+    missing = [n for n, e in entries.items() if not e]
+    if missing and not create:
+        for node in missing:
+            errors.append("%s: the training user %s does not exist there; fix: create %s the way this site makes "
+                          "its users (LDAP/sssd, or useradd with the same uid and gid on every node), or set "
+                          "cluster_user_create: true to let site.yml create a local one" % (node, user, user))
+    ids = {}
+    for node, entry in entries.items():
+        if entry and len(entry) >= 3:
+            ids.setdefault((str(entry[1]), str(entry[2])), []).append(node)
+    if len(ids) > 1:
+        where = "; ".join("uid %s gid %s on %s" % (uid, gid, ", ".join(nodes))
+                          for (uid, gid), nodes in sorted(ids.items(), key=lambda kv: kv[1][0]))
+        warnings.append("the training user %s has different ids on different nodes (%s): a file it writes on a "
+                        "shared filesystem belongs to another user on the other nodes; fix: give %s one uid and "
+                        "gid everywhere (usermod -u UID %s; groupmod -g GID GROUP)" % (user, where, user, user))
+    return {"errors": errors, "warnings": warnings}

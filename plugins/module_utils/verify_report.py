@@ -11,8 +11,14 @@ and the run's duration added) and to its own failure message (``fail_lines``). S
 
 from __future__ import annotations
 
+import re
+
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils.known_hosts import presented_fingerprint
+from ansible_collections.provision.cluster.plugins.module_utils.become import become_problem
+from ansible_collections.provision.cluster.plugins.module_utils.known_hosts import (
+    failed_hop,
+    presented_fingerprint,
+)
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import classify_ssh_error
 
 SCHEMA_VERSION = 1
@@ -25,8 +31,15 @@ def unreachable(node, conn, message=""):
     kind = str(conn.get("connection") or "ssh")
     host = conn.get("host") or node
     detail = C.one_line(message) or "no result from this node"
+    # the node answered: sudo (become) is what failed, and the fix is about sudo, not the network
+    become = become_problem(node, message, conn.get("user"), conn.get("become_method") or "sudo")
+    if become is not None:
+        return become
     if kind.endswith("podman") or kind.endswith("docker"):
         return detail, "start the container: %s start %s" % (kind.rsplit(".", 1)[-1], host)
+    bastion = _through_bastion(node, conn, message or "", detail)
+    if bastion is not None:
+        return bastion
     port_opt = "-p %s " % conn["port"] if conn.get("port") else ""
     user = "%s@" % conn["user"] if conn.get("user") else ""
     where = "%s port %s" % (host, conn.get("port") or 22)
@@ -73,6 +86,43 @@ def unreachable(node, conn, message=""):
                 "bring %s up and make %s work from here" % (node, ssh))
     return (detail, "bring %s up and make %s work from here (sshd down? ansible-playbook site.yml --tags sshd "
                     "--limit %s)" % (node, ssh, node))
+
+
+def _through_bastion(node, conn, message, detail):
+    """(cause, fix) when ssh failed at the bastion in front of NODE (conn["proxy"]: its ProxyJump or
+    ProxyCommand), not at the node itself; else None."""
+    proxy = conn.get("proxy")
+    if not proxy:
+        return None
+    hop = failed_hop(message, [conn.get("host"), node])
+    # ssh names the proxied stream "UNKNOWN port 65535": what broke is the way through the bastion
+    broken = "UNKNOWN port 65535" in message or "kex_exchange_identification" in message
+    if not hop and not broken:
+        return None
+    what = "the bastion %s (ProxyJump %s)" % (hop, proxy) if hop else "the bastion (ProxyJump %s)" % proxy
+    # ssh's own words, without Ansible's preamble about the node
+    detail = re.sub(r'^(?:Data could not be sent to remote host "[^"]*"\. Make sure this host can be reached over '
+                    r'ssh: |Failed to connect to the host via ssh: )', "", detail)
+    presented = presented_fingerprint(message)
+    cls = classify_ssh_error(message)[0]
+    if hop and cls == "host_key_changed" and presented:
+        named = re.search(r'ssh-keygen -f "([^"]+)" -R', message)
+        where = named.group(1) if named else "the known_hosts ssh reads for it"
+        return ("%s in front of %s presents a host key that is not the one recorded: it sends %s (%s); ssh "
+                "refuses to connect through it (reinstalled, replaced, or someone in between)"
+                % (what, node, presented[1], presented[0]),
+                "if the bastion was reinstalled, compare %s with its console (ssh-keygen -lf "
+                "/etc/ssh/ssh_host_%s_key.pub) and replace its line on purpose (ssh-keygen -R %s -f %s); if not, "
+                "find out who answers at %s before anything else"
+                % (presented[1], presented[0].lower(), hop, where, hop))
+    if hop and cls in ("connection_refused", "no_route", "timeout", "name_unresolvable", "frozen"):
+        return ("%s in front of %s cannot be reached: %s" % (what, node, detail),
+                "bring the bastion up, or fix ProxyJump (ansible_ssh_common_args or ~/.ssh/config): %s is "
+                "reached only through it" % node)
+    return ("the connection to %s through %s failed: %s" % (node, what, detail),
+            "check that the bastion is up and answers (`ssh %s true`), then that it reaches %s on port %s "
+            "(`ssh -J %s %s%s true`)" % (proxy, node, conn.get("port") or 22, proxy,
+                                        ("%s@" % conn["user"]) if conn.get("user") else "", conn.get("host") or node))
 
 
 def mesh_matrix(rows, order):

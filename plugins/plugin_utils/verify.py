@@ -5,6 +5,7 @@
 the cluster plan, and running several read-only modules on one host at once."""
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Mapping
@@ -130,21 +131,54 @@ class _HostView:
         return self.var.hostvar(self.host, name, default)
 
 
+def own_connection(action):
+    """A copy of ACTION for one thread: its own connection, become plugin and shell.
+
+    ansible-core keeps per-command state on those objects: `_low_level_execute_command` has the become
+    plugin build a new success marker (`become.success`, `become._id`, sudo's `prompt`) for every
+    command, and the ssh connection then waits for `self.become.success` in the output; the shell plugin
+    holds the remote tmpdir (`_shell.tmpdir`, without pipelining) and `executable`. Several threads on
+    one connection overwrite each other's marker, and the command whose marker was replaced waits until
+    ssh's timeout: "Timeout (22s) waiting for privilege escalation prompt: BECOME-SUCCESS-...". Shallow
+    copies share what is read-only (options, play context, the ssh ControlPersist master: one socket)
+    and give each thread its own of what a command writes.
+    """
+    mine = copy.copy(action)
+    conn = copy.copy(action._connection)
+    if getattr(conn, "become", None) is not None:
+        conn.become = copy.copy(conn.become)
+    shell = getattr(conn, "_shell", None)
+    if shell is not None:
+        # a remote tmpdir made in a thread (no pipelining) is that thread's, removed by run_modules
+        conn._shell = copy.copy(shell)
+    mine._connection = conn
+    return mine
+
+
 def run_modules(action, jobs, task_vars, parallel=8):
     """Run [(name, module, args)] on the action's host at the same time -> {name: result}.
 
     A module that fails or cannot reach the host gives its own failed/unreachable result; the
-    others still run.
+    others still run. Each thread runs on its own copy of the connection (own_connection).
     """
     def one(job):
         name, module, args = job
+        mine = own_connection(action) if len(jobs) > 1 else action
+        before = mine._connection._shell.tmpdir if getattr(mine._connection, "_shell", None) else None
         try:
-            res = action._execute_module(module_name=module, module_args=dict(args), task_vars=task_vars,
-                                         wrap_async=False)
+            res = mine._execute_module(module_name=module, module_args=dict(args), task_vars=task_vars,
+                                       wrap_async=False)
         except AnsibleConnectionFailure as exc:
             res = {"unreachable": True, "msg": str(exc)}
         except Exception as exc:  # one broken check must not hide the others
             res = {"failed": True, "msg": "%s: %s" % (module, exc)}
+        finally:
+            made = mine._connection._shell.tmpdir if getattr(mine._connection, "_shell", None) else None
+            if mine is not action and made and made != before:
+                try:
+                    mine._remove_tmp_path(made)
+                except Exception:  # noqa: BLE001 - a leftover tmpdir is no reason to lose the result
+                    pass
         res.pop("invocation", None)
         return name, res
 

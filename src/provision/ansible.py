@@ -146,6 +146,59 @@ def group_hosts(data: dict[str, Any], group: str) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------- become (sudo) password
+
+BECOME_PROMPT = "BECOME password"
+
+
+def read_become_password_file(path: str) -> str:
+    """The become password: the first line of PATH, a file of this user that others cannot read (opened
+    once, checked on the open file: never a link); AnsibleError with the fix otherwise."""
+    import stat as st
+
+    try:
+        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise AnsibleError(f"--become-password-file {path}: {exc.strerror} (a link is not followed)") from exc
+    with os.fdopen(fd, encoding="utf-8") as handle:
+        info = os.fstat(handle.fileno())
+        if not (st.S_ISREG(info.st_mode) or st.S_ISFIFO(info.st_mode)):
+            raise AnsibleError(f"--become-password-file {path} is not a regular file")
+        if info.st_uid != os.geteuid():
+            raise AnsibleError(f"--become-password-file {path} belongs to uid {info.st_uid}, not to you; "
+                               f"fix: chown {os.geteuid()} {path}")
+        if st.S_IMODE(info.st_mode) & 0o077:
+            raise AnsibleError(f"--become-password-file {path} has mode {st.S_IMODE(info.st_mode):04o}, readable by "
+                               f"others; fix: chmod 600 {path}")
+        password = handle.readline().rstrip("\r\n")
+    if not password:
+        raise AnsibleError(f"--become-password-file {path} is empty (its first line is the password)")
+    return password
+
+
+def become_password(ask: bool = False, password_file: str | None = None,
+                    prompt: Callable[[str], str] | None = None) -> str | None:
+    """The sudo (become) password a command passes to ansible-playbook: asked for on the terminal
+    (-K/--ask-become-pass, never echoed) or read from --become-password-file; None for neither."""
+    if ask and password_file:
+        raise AnsibleError("-K/--ask-become-pass and --become-password-file: give one of them")
+    if password_file:
+        return read_become_password_file(password_file)
+    if not ask:
+        return None
+    if prompt is None:
+        import getpass
+
+        prompt = getpass.getpass
+    try:
+        password = prompt(f"{BECOME_PROMPT}: ")
+    except (EOFError, KeyboardInterrupt) as exc:
+        raise AnsibleError("-K/--ask-become-pass: no password was entered") from exc
+    if not password:
+        raise AnsibleError("-K/--ask-become-pass: the password is empty")
+    return password
+
+
 # ---------------------------------------------------------------- playbooks
 
 @dataclass
@@ -175,19 +228,32 @@ def playbook_argv(playbook: str, inventory: str | None = None, *, limit: str | N
 
 
 def run_playbook(argv: list[str], env: dict[str, str], *, timeout: float,
-                 on_event: Callable[[dict[str, Any]], None] | None = None, events: bool = False) -> Run:
+                 on_event: Callable[[dict[str, Any]], None] | None = None, events: bool = False,
+                 become_password: str | None = None) -> Run:
     """Run ansible-playbook, bounded by timeout (its whole process group is stopped then).
 
     events=True: stdout carries the provision.cluster.verify_events callback's JSON lines, followed
     as they come (on_event) and collected; the custom stat provision_verify becomes Run.report.
+    become_password: handed to ansible-playbook the way it reads one (`--become-password-file -`: its
+    standard input), never on a command line, in a file or in the environment.
     """
     start = time.monotonic()
+    if become_password is not None:
+        argv = list(argv) + ["--become-password-file", "-"]
     with tempfile.TemporaryFile(mode="w+") as err:
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                    cwd=str(paths.content_root()), start_new_session=True)
+                                    cwd=str(paths.content_root()), start_new_session=True,
+                                    stdin=subprocess.PIPE if become_password is not None else None)
         except OSError as exc:
             raise AnsibleError(f"cannot run {argv[0]}: {exc}") from exc
+        if become_password is not None:
+            assert proc.stdin is not None
+            try:  # ansible-playbook reads its standard input to the end before anything else
+                proc.stdin.write(become_password + "\n")
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
         run = Run(rc=-1, stdout="", stderr="", duration_s=0.0)
         killed = threading.Event()
 

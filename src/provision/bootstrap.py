@@ -344,6 +344,8 @@ class Target:
     key_file: str | None = None  # ansible_ssh_private_key_file, when the inventory sets one
     ssh_common_args: str | None = None
     error: str | None = None  # an inventory problem for this host
+    proxy: "Proxy | None" = None  # ProxyJump / ProxyCommand for it (resolve_proxy), once resolved
+    proxy_resolved: bool = False
 
     @property
     def pattern(self) -> str:
@@ -434,6 +436,173 @@ def ssh_args_problem(target: Target, known_hosts: Path, inv_dir: Path | None) ->
     if not any(f"UserKnownHostsFile={ref}" in args for ref in refs):
         return "ansible_ssh_common_args does not name the bootstrap known_hosts"
     return None
+
+
+# ====================================================================== pure: bastions (ProxyJump, ProxyCommand)
+# What Ansible's ssh does for a host is what ssh's own configuration says for it: the inventory's
+# ansible_ssh_common_args (-o ProxyJump=..., -J, -o ProxyCommand=..., -F FILE) and ~/.ssh/config. `ssh -G`
+# prints that configuration; bootstrap follows the same ProxyJump / ProxyCommand with paramiko, and checks
+# every bastion's host key against the known_hosts files ssh would read for it.
+
+@dataclass
+class Hop:
+    """One bastion of a ProxyJump chain, as `ssh -G` resolves it."""
+    spec: str  # as written ([user@]host[:port] or a Host alias)
+    address: str
+    port: int = 22
+    user: str = ""
+    identity_files: list[str] = field(default_factory=list)
+    known_hosts_files: list[str] = field(default_factory=list)
+    host_key_alias: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.user}@{self.address}:{self.port}" if self.user else f"{self.address}:{self.port}"
+
+    @property
+    def pattern(self) -> str:
+        return host_pattern(self.host_key_alias or self.address, self.port)
+
+
+@dataclass
+class Proxy:
+    jumps: list[Hop] = field(default_factory=list)
+    command: str = ""  # ProxyCommand, its %h %p %r already replaced
+
+
+def ssh_config_args(common_args: str | None) -> list[str]:
+    """The options of ansible_ssh_common_args that choose a configuration (-o, -F, -J), for `ssh -G`."""
+    try:
+        tokens = shlex.split(common_args or "")
+    except ValueError as exc:
+        raise BootstrapError(f"ansible_ssh_common_args cannot be split into words ({exc}): {common_args}") from exc
+    out, i = [], 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok in ("-o", "-F", "-J") and i + 1 < len(tokens):
+            out += [tok, tokens[i + 1]]
+            i += 2
+            continue
+        if tok[:2] in ("-o", "-F", "-J") and len(tok) > 2:
+            out.append(tok)
+        i += 1
+    return out
+
+
+def config_file_args(args: list[str]) -> list[str]:
+    """Only the -F of ARGS: what ssh hands to the connection to a jump host (not -o, not -J)."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == "-F" and i + 1 < len(args):
+            out += args[i:i + 2]
+            i += 2
+            continue
+        if args[i].startswith("-F") and len(args[i]) > 2:
+            out.append(args[i])
+        i += 1
+    return out
+
+
+def parse_ssh_g(text: str) -> dict[str, list[str]]:
+    """`ssh -G` output: keyword -> values (identityfile and the like repeat; userknownhostsfile lists
+    several files on one line)."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, _sep, value = line.strip().partition(" ")
+        if key:
+            out.setdefault(key.lower(), []).append(value.strip())
+    return out
+
+
+def split_jump(spec: str) -> tuple[str, str, int | None]:
+    """([user], host, [port]) of one ProxyJump hop: [user@]host[:port], [user@][v6addr]:port, ssh://..."""
+    spec = spec.strip()
+    if spec.startswith("ssh://"):
+        spec = spec[len("ssh://"):]
+    user, at, rest = spec.rpartition("@")
+    if not at:
+        user, rest = "", spec
+    port = None
+    if rest.startswith("["):
+        host, _sep, tail = rest[1:].partition("]")
+        if tail.startswith(":") and tail[1:].isdigit():
+            port = int(tail[1:])
+    else:
+        host, sep, tail = rest.partition(":")
+        if sep and tail.isdigit():
+            port = int(tail)
+        elif sep:
+            host = rest
+    return user, host, port
+
+
+def expand_proxy_command(command: str, host: str, port: int, user: str) -> str:
+    """ProxyCommand with ssh's %h, %p, %r and %% replaced (other tokens are refused)."""
+    out, i = [], 0
+    while i < len(command):
+        ch = command[i]
+        if ch == "%" and i + 1 < len(command):
+            token = command[i + 1]
+            values = {"h": host, "p": str(port), "r": user, "%": "%", "n": host}
+            if token not in values:
+                raise BootstrapError(f"ProxyCommand {command!r}: %{token} is not supported by bootstrap "
+                                     "(use %h, %p, %r)")
+            out.append(values[token])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def proxy_from_config(cfg: dict[str, list[str]], target_address: str, target_port: int,
+                      target_user: str, resolve_hop: Callable[[str], Hop]) -> Proxy | None:
+    """The Proxy of a host from its `ssh -G` configuration (None: ssh connects directly)."""
+    jump = (cfg.get("proxyjump") or ["none"])[0]
+    command = (cfg.get("proxycommand") or ["none"])[0]
+    if jump and jump.lower() != "none":
+        return Proxy(jumps=[resolve_hop(h) for h in jump.split(",") if h.strip()])
+    if command and command.lower() != "none":
+        return Proxy(command=expand_proxy_command(command, target_address, target_port, target_user))
+    return None
+
+
+def _ssh_g(args: list[str], host: str, port: int | None = None, user: str | None = None,
+           timeout: float = 30) -> dict[str, list[str]]:
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        raise BootstrapError("ssh (openssh-client) is missing on this machine: it reads the SSH configuration "
+                             "(ProxyJump, ~/.ssh/config) that Ansible's connection uses too")
+    argv = [ssh, "-G", *args] + (["-p", str(port)] if port else []) + (["-l", user] if user else []) + [host]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise BootstrapError(f"`ssh -G {host}` cannot read the SSH configuration for {host}: "
+                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return parse_ssh_g(proc.stdout)
+
+
+def resolve_proxy(target: Target) -> Proxy | None:
+    """The ProxyJump / ProxyCommand Ansible's ssh would use for TARGET (from its ansible_ssh_common_args and
+    the SSH configuration files), each jump host resolved as ssh resolves it (only -F passed on)."""
+    if target.proxy_resolved:
+        return target.proxy
+    args = ssh_config_args(target.ssh_common_args)
+    cfg = _ssh_g(args, target.address, target.port, target.user)
+    files = config_file_args(args)
+
+    def hop(spec: str) -> Hop:
+        user, host, port = split_jump(spec)
+        hc = _ssh_g(files, host, port, user or None)
+        known = [f for v in hc.get("userknownhostsfile", []) for f in v.split()]
+        known += [f for v in hc.get("globalknownhostsfile", []) for f in v.split()]
+        return Hop(spec=spec, address=(hc.get("hostname") or [host])[0], port=int((hc.get("port") or [22])[0]),
+                   user=(hc.get("user") or [user or ""])[0], identity_files=hc.get("identityfile", []),
+                   known_hosts_files=known, host_key_alias=(hc.get("hostkeyalias") or [""])[0])
+
+    target.proxy = proxy_from_config(cfg, target.address, target.port, target.user, hop)
+    target.proxy_resolved = True
+    return target.proxy
 
 
 # ====================================================================== controller side
@@ -535,25 +704,34 @@ def _quiet_paramiko() -> None:
     logger.propagate = False
 
 
-def open_transport(target: Target, timeout: float, prefer: list[str] | None = None):
-    """TCP connect + SSH handshake (no auth). HostFailure with cause and fix on every failure."""
+def _tcp(address: str, port: int, timeout: float, name: str, what: str = ""):
+    """A TCP connection to ADDRESS:PORT; HostFailure naming it (WHAT: 'the bastion ...') otherwise."""
+    addr = f"{address}:{port}"
+    who = what or name
+    try:
+        return socket.create_connection((address, port), timeout=timeout)
+    except ConnectionRefusedError as exc:
+        raise HostFailure(f"connection refused on {addr}" + (f" ({what})" if what else ""),
+                          f"start sshd on {who}, or set the port it listens on"
+                          + (" (ProxyJump in ansible_ssh_common_args or ~/.ssh/config)" if what else
+                             " (ansible_port)")) from exc
+    except socket.gaierror as exc:
+        raise HostFailure(f"cannot resolve {address}" + (f" ({what})" if what else ""),
+                          "set ansible_host to a resolvable name or an IP address" if not what else
+                          "name the bastion by a resolvable name or address (ProxyJump, ~/.ssh/config)") from exc
+    except (socket.timeout, TimeoutError) as exc:
+        raise HostFailure(f"timeout: no answer from {addr} within {timeout:g} s" + (f" ({what})" if what else ""),
+                          "check the address and port and any firewall between here and "
+                          + ("the bastion" if what else "the host")) from exc
+    except OSError as exc:
+        raise HostFailure(f"cannot reach {addr}: {exc.strerror or exc}" + (f" ({what})" if what else ""),
+                          "check the route to " + ("the bastion (is it up?)" if what else
+                                                   "the host (ansible_host)")) from exc
+
+
+def _handshake(sock, addr: str, timeout: float, prefer: list[str] | None):
     import paramiko
 
-    addr = f"{target.address}:{target.port}"
-    try:
-        sock = socket.create_connection((target.address, target.port), timeout=timeout)
-    except ConnectionRefusedError as exc:
-        raise HostFailure(f"connection refused on {addr}",
-                          f"start sshd on {target.name}, or set ansible_port to the port it listens on") from exc
-    except socket.gaierror as exc:
-        raise HostFailure(f"cannot resolve {target.address}",
-                          "set ansible_host to a resolvable name or an IP address") from exc
-    except (socket.timeout, TimeoutError) as exc:
-        raise HostFailure(f"timeout: no answer from {addr} within {timeout:g} s",
-                          "check ansible_host/ansible_port and any firewall between here and the host") from exc
-    except OSError as exc:
-        raise HostFailure(f"cannot reach {addr}: {exc.strerror or exc}",
-                          "check ansible_host and the route to the host") from exc
     transport = paramiko.Transport(sock)
     transport.banner_timeout = timeout
     transport.handshake_timeout = timeout
@@ -572,12 +750,154 @@ def open_transport(target: Target, timeout: float, prefer: list[str] | None = No
         transport.close()
         if "banner" in str(cause).lower():
             raise HostFailure(f"timeout: no SSH banner from {addr} within {timeout:g} s",
-                              "check that sshd (not another service) listens on ansible_port") from exc
+                              "check that sshd (not another service) listens on that port") from exc
         if "no existing session" in str(cause).lower():
             raise HostFailure(f"timeout: the SSH handshake with {addr} did not finish in {2 * timeout + 1:g} s",
-                              "check the host's load and that sshd listens on ansible_port") from exc
+                              "check the host's load and that sshd listens on that port") from exc
         raise HostFailure(f"SSH handshake with {addr} failed: {cause}",
-                          "check that sshd listens on ansible_port and supports current algorithms") from exc
+                          "check that sshd listens on that port and supports current algorithms") from exc
+    return transport
+
+
+def _hop_known_text(hop: Hop) -> tuple[str, list[str]]:
+    """The known_hosts text ssh reads for a bastion (its UserKnownHostsFile and GlobalKnownHostsFile)."""
+    texts, files = [], []
+    for name in hop.known_hosts_files:
+        path = Path(os.path.expanduser(name))
+        if path.is_file():
+            files.append(str(path))
+            texts.append(read_text(path))
+    return "\n".join(texts), files
+
+
+def _hop_keys(hop: Hop, extra: list) -> list:
+    """The keys to offer a bastion: its IdentityFile(s) that load without a passphrase, the agent's, EXTRA."""
+    import paramiko
+
+    keys = []
+    for name in hop.identity_files:
+        path = Path(os.path.expanduser(name))
+        if path.is_file():
+            try:
+                keys.append(paramiko.PKey.from_path(str(path)))
+            except (paramiko.SSHException, OSError, ValueError):
+                continue  # a passphrase (the agent may hold it) or not a key
+    try:
+        keys += list(paramiko.Agent().get_keys())
+    except paramiko.SSHException:
+        pass
+    return keys + [k for k in extra if k is not None]
+
+
+def open_jump(hop: Hop, sock, target: Target, timeout: float, keys: list):
+    """An authenticated transport to bastion HOP (over SOCK), its host key checked against the known_hosts
+    files ssh reads for it. HostFailure (naming the bastion and the host behind it) otherwise."""
+    import paramiko
+
+    what = f"the bastion {hop.where} in front of {target.name}"
+    known_text, files = _hop_known_text(hop)
+    entries = known_keys_for(known_text, hop.pattern)
+    transport = _handshake(sock, f"{hop.where} ({what})", timeout, preferred_key_types(entries))
+    keytype, blob = server_key(transport)
+    verdict = judge_host_key(entries, keytype, blob)
+    label = key_label(keytype)
+    where_kh = ", ".join(files) or "no known_hosts file"
+    if verdict.status != "known":
+        transport.close()
+        if verdict.status == "changed":
+            raise HostFailure(
+                f"{what} presents host key {verdict.presented} ({label}), not the one recorded for {hop.pattern} "
+                f"in {where_kh} ({', '.join(verdict.recorded)}): ssh refuses it too",
+                f"if the bastion was reinstalled, check {verdict.presented} at its console (ssh-keygen -lf "
+                f"/etc/ssh/ssh_host_{label.lower()}_key.pub) and replace its line ("
+                f"{remove_key_command(hop.pattern, Path(files[0]) if files else Path('~/.ssh/known_hosts'))}); "
+                "otherwise find out who answers there")
+        raise HostFailure(f"{what}: its host key {verdict.presented} ({label}) is not in {where_kh}, where ssh "
+                          "looks for it",
+                          f"check {verdict.presented} at the bastion's console and record it there (connect once "
+                          f"with `ssh {hop.spec}` and compare), then re-run")
+    for key in keys:
+        try:
+            transport.auth_publickey(hop.user, key)
+            return transport
+        except paramiko.AuthenticationException:
+            continue
+        except paramiko.SSHException as exc:
+            transport.close()
+            raise HostFailure(f"authentication at {what} did not finish: {exc}", "retry; raise --timeout") from exc
+    transport.close()
+    raise HostFailure(f"{what} accepts none of our keys for {hop.user or 'the user'}",
+                      "log in to the bastion with a key first (its IdentityFile in ~/.ssh/config or an "
+                      "ssh-agent): bootstrap makes first contact with the nodes behind it, not with it")
+
+
+def _via(transport, address: str, port: int, timeout: float, what: str):
+    """A direct-tcpip channel from TRANSPORT (a bastion) to ADDRESS:PORT."""
+    import paramiko
+
+    try:
+        return transport.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout)
+    except (paramiko.ChannelException, paramiko.SSHException, EOFError, OSError) as exc:
+        raise HostFailure(f"{what} cannot connect to {address}:{port} ({exc})",
+                          "check that the host is up and that the bastion reaches it (ansible_host, ansible_port)"
+                          ) from exc
+
+
+def _proxy_sock(target: Target, proxy: Proxy, timeout: float, keys: list):
+    """(sock to the target through the proxy, [bastion transports to close with it])."""
+    import paramiko
+
+    if proxy.command:
+        try:
+            return paramiko.ProxyCommand(proxy.command), []
+        except (paramiko.SSHException, OSError) as exc:
+            raise HostFailure(f"ProxyCommand for {target.name} did not start: {exc}",
+                              "fix ProxyCommand in ansible_ssh_common_args or ~/.ssh/config") from exc
+    jumps: list = []
+    try:
+        first = proxy.jumps[0]
+        sock = _tcp(first.address, first.port, timeout, target.name,
+                    f"the bastion {first.where} in front of {target.name}")
+        for i, hop in enumerate(proxy.jumps):
+            transport = open_jump(hop, sock, target, timeout, keys)
+            jumps.append(transport)
+            nxt = proxy.jumps[i + 1] if i + 1 < len(proxy.jumps) else None
+            dest = (nxt.address, nxt.port) if nxt else (target.address, target.port)
+            sock = _via(transport, dest[0], dest[1], timeout, f"the bastion {hop.where}")
+        return sock, jumps
+    except BaseException:
+        for transport in reversed(jumps):
+            transport.close()
+        raise
+
+
+def open_transport(target: Target, timeout: float, prefer: list[str] | None = None, keys: list | None = None):
+    """TCP connect (through the host's ProxyJump / ProxyCommand when it has one) + SSH handshake (no auth).
+    HostFailure with cause and fix on every failure. KEYS: offered to bastions (with their own)."""
+    addr = f"{target.address}:{target.port}"
+    try:
+        proxy = resolve_proxy(target)
+    except BootstrapError as exc:
+        raise HostFailure(str(exc), f"fix ansible_ssh_common_args of {target.name} or ~/.ssh/config") from exc
+    jumps: list = []
+    if proxy is None:
+        sock = _tcp(target.address, target.port, timeout, target.name)
+    else:
+        sock, jumps = _proxy_sock(target, proxy, timeout, list(keys or []))
+    try:
+        transport = _handshake(sock, addr, timeout, prefer)
+    except BaseException:
+        for jump in reversed(jumps):
+            jump.close()
+        raise
+    if jumps:
+        close = transport.close
+
+        def close_all() -> None:
+            close()
+            for jump in reversed(jumps):
+                jump.close()
+        transport.close = close_all
     return transport
 
 
@@ -678,13 +998,14 @@ def _unexpected(exc: Exception) -> HostFailure:
     return HostFailure(f"unexpected {type(exc).__name__}: {exc}", "re-run; report it if it persists")
 
 
-def scan_host(target: Target, known_text: str, timeout: float) -> Scan:
+def scan_host(target: Target, known_text: str, timeout: float, keys: list | None = None) -> Scan:
     t0 = time.monotonic()
     scan = Scan(target)
     try:
         if target.error:
             raise HostFailure(target.error, f"fix {target.name} in the inventory")
-        transport = open_transport(target, timeout, preferred_key_types(known_keys_for(known_text, target.pattern)))
+        transport = open_transport(target, timeout, preferred_key_types(known_keys_for(known_text, target.pattern)),
+                                   keys=keys)
         try:
             scan.keytype, scan.blob = server_key(transport)
         finally:
@@ -700,7 +1021,7 @@ def scan_host(target: Target, known_text: str, timeout: float) -> Scan:
 def install_key(target: Target, keytype: str, blob: bytes, *, pkey, pubkey_line: str,
                 password: str | None, timeout: float, result: HostResult) -> None:
     """Connect expecting exactly this host key, log in, make authorized_keys right, read python3."""
-    transport = open_transport(target, timeout, preferred_key_types([KnownKey(keytype, blob)]))
+    transport = open_transport(target, timeout, preferred_key_types([KnownKey(keytype, blob)]), keys=[pkey])
     try:
         got_type, got_blob = server_key(transport)
         if (got_type, got_blob) != (keytype, blob):
@@ -781,7 +1102,7 @@ def bootstrap(targets: list[Target], keys: dict[str | None, ControllerKey], opts
     on_phase("host keys", len(targets))
     scans: dict[str, Scan] = {}
     with ThreadPoolExecutor(max_workers=forks) as pool:
-        futures = [pool.submit(scan_host, t, known_text, opts.timeout) for t in targets]
+        futures = [pool.submit(scan_host, t, known_text, opts.timeout, [keys[t.key_file].pkey]) for t in targets]
         for fut in as_completed(futures):
             scan = fut.result()
             scans[scan.target.name] = scan

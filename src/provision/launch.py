@@ -81,13 +81,15 @@ class Play:
     run_id: str
     env: dict[str, str]
     extra: dict = field(default_factory=dict)
+    # the sudo password of the login user (-K, --become-password-file): to ansible-playbook on its stdin
+    become_password: str | None = field(default=None, repr=False)
 
     def run(self, action: str, timeout: float, **variables) -> dict[str, dict]:
         evars = {"launch_action": action, "launch_run_id": self.run_id, "cluster_group": self.group,
                  **self.extra, **variables}
         argv = ansible.playbook_argv("playbooks/launch.yml", self.inventory, extra_vars=[json.dumps(evars)])
         try:
-            run = ansible.run_playbook(argv, self.env, timeout=timeout)
+            run = ansible.run_playbook(argv, self.env, timeout=timeout, become_password=self.become_password)
         except ansible.AnsibleError as exc:
             raise LaunchFailure("%s: %s" % (action, exc)) from None
         if run.timed_out:
@@ -110,13 +112,26 @@ class Play:
         return results
 
 
-def problem(res: dict) -> str | None:
-    """Why a host's result is not a started/polled job (unreachable, failed), or None."""
+def problem(res: dict, host: str = "") -> str | None:
+    """Why a host's result is not a started/polled job (become, unreachable, failed), or None."""
+    line = become_line(res, host)
+    if line:
+        return line
     if res.get("unreachable"):
         return "unreachable: %s" % str(res.get("msg", "")).strip().splitlines()[0:1]
     if res.get("failed"):
         return str(res.get("msg", "failed")).strip().splitlines()[0]
     return None
+
+
+def become_line(res: dict, host: str) -> str:
+    """What is wrong with become (sudo) when that is why the task failed, else ''."""
+    if not (res.get("failed") or res.get("unreachable")):
+        return ""
+    become = ansible.collection_module("become")
+    message = " ".join(str(res.get(k) or "") for k in ("msg", "module_stderr", "module_stdout"))
+    found = become.become_problem(host or "the node", message)
+    return "%s; fix: %s" % found if found else ""
 
 
 class Output:
@@ -163,8 +178,8 @@ def run_job(play: Play, hosts: list[str], script: str, program: list[str], chdir
         results = play.run("start", step, **args)
         # where it started: every node, or only the master (cluster_master) for launchers that
         # reach the others themselves; the play decides, we follow its results
-        started = [h for h in hosts if h in results and not problem(results[h])]
-        failed = {h: problem(results[h]) for h in hosts if h in results and h not in started}
+        started = [h for h in hosts if h in results and not problem(results[h], h)]
+        failed = {h: problem(results[h], h) for h in hosts if h in results and h not in started}
         if not results:
             failed = {h: "not started" for h in hosts}
         if failed:
@@ -185,7 +200,7 @@ def run_job(play: Play, hosts: list[str], script: str, program: list[str], chdir
                                launch_poll_hosts=sorted(running))
             for host in sorted(running):
                 res = results.get(host)
-                why = problem(res) if res else "no answer to the poll"
+                why = problem(res, host) if res else "no answer to the poll"
                 if why:
                     say("%s: %s" % (host, why))
                     codes[host] = -1

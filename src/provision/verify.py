@@ -79,9 +79,9 @@ def exit_code(document: dict[str, Any]) -> int:
 def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), limit: str | None = None,
            smoke: bool = False, extra_vars: list[str] | None = None, timeout: float = 300,
            on_event: Callable[[dict[str, Any]], None] | None = None, baseline: str | None = None,
-           save_baseline: bool = False, full: bool = False) -> dict[str, Any]:
+           save_baseline: bool = False, full: bool = False, become_password: str | None = None) -> dict[str, Any]:
     """Run the checks and return the document; VerifyError for usage/inventory problems,
-    TimeoutError when the run passed its limit."""
+    TimeoutError when the run passed its limit. become_password: the sudo password of the login user."""
     try:
         inv = ansible.resolve_inventory(inventory)
     except ansible.AnsibleError as exc:
@@ -92,7 +92,8 @@ def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), l
         raise VerifyError(f"{inventory} is a host list: give --baseline FILE to keep the baseline in")
     argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars, baseline=where,
                               save_baseline=save_baseline, full=full)
-    run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True)
+    run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True,
+                               become_password=become_password)
     if run.timed_out:
         raise TimeoutError(f"verify did not finish within {timeout:.0f} s (ansible-playbook was stopped)")
     if not isinstance(run.report, dict):
@@ -122,8 +123,10 @@ def select_local(names: tuple[str, ...] | list[str]) -> list[str]:
 
 def local_inventory(node: str, address: str | None = None, python: str | None = None) -> str:
     """A one-host inventory (YAML) for this node, reached with Ansible's local connection."""
+    # ansible_become false: the checks run as whoever runs them (slurmd's root for the health check), with
+    # no sudo (the plays' `become: true` is for nodes logged into as an admin)
     host = {"ansible_connection": "local", "ansible_python_interpreter": python or sys.executable,
-            "cluster_address": address or node}
+            "cluster_address": address or node, "ansible_become": False}
     return json.dumps({"cluster": {"hosts": {node: host}}}, indent=1) + "\n"
 
 

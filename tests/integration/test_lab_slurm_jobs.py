@@ -224,7 +224,7 @@ def test_rendered_sbatch_runs_the_two_node_job_through_srun(torch_nodes, tmp_pat
     res = run_playbook("playbooks/launchers.yml", lab_name=slurm3.name, inventory=inv, timeout=bounds.STAGES)
     assert res.rc == 0 and sorted(res.recap) == ["node1", "node2"], res
     script = node_exec(slurm3.name, 1, f"cat {LAUNCH}/sbatch.sh").stdout
-    assert "#SBATCH --nodes=2\n" in script and "srun --kill-on-bad-exit=1" in script, script
+    assert "#SBATCH --nodes=2\n" in script and "srun --export=ALL --kill-on-bad-exit=1" in script, script
     t0 = time.monotonic()
     # --wait: sbatch returns when the job ends, with its exit code; the job may not take more than 5 min
     proc = node_exec(slurm3.name, 1, f"cd {LAUNCH} && timeout 420 sbatch --parsable --wait --time=5 "
@@ -240,3 +240,31 @@ def test_rendered_sbatch_runs_the_two_node_job_through_srun(torch_nodes, tmp_pat
     assert sorted(p["slurm_procid"] for p in seen) == ["0", "1"], out[-4000:]
     acct = node_exec(slurm3.name, 1, f"scontrol show job {job} -o", check=False).stdout
     print(f"sbatch job {job}: 2 nodes, world size 2, {took:.1f} s from sbatch to its end; {acct[:200]}")
+
+
+@pytest.mark.parametrize("submitter", ["export-none", "no-venv-shell"])
+def test_sbatch_job_takes_its_environment_from_us_whoever_submits_it(torch_nodes, tmp_path, submitter):
+    """Issue 30: the rendered sbatch.sh names its interpreter (the environment's python, absolute: here the
+    python_env role's default for python_env_path /opt/hs-venv, not a launchers_python override) and each
+    srun task sources its node's cluster.env.sh. Submitted with `--export=NONE` (a common site default:
+    srun then hands the tasks no environment) or from a shell without the venv and almost no environment
+    (cron, a CI runner), the job runs on both nodes. Before: "execve(): python3: No such file or
+    directory" and "No module named 'torch'"."""
+    slurm3 = torch_nodes
+    inv = _nodelist_inventory(slurm3, tmp_path / "job.nodelist.yml", "plugin: provision.cluster.nodelist\nnodelist: node[1-2]\n")
+    inv.write_text(inv.read_text().replace(f"launchers_python: {VENV}/bin/python", f"python_env_path: {VENV}"))
+    assert "launchers_python" not in inv.read_text()
+    res = run_playbook("playbooks/launchers.yml", lab_name=slurm3.name, inventory=inv, timeout=bounds.STAGES)
+    assert res.rc == 0, res
+    script = node_exec(slurm3.name, 1, f"cat {LAUNCH}/sbatch.sh").stdout
+    assert f"{VENV}/bin/python -m torch.distributed.run" in script and "cluster.env.sh" in script, script
+    submit = {"export-none": f"cd {LAUNCH} && timeout 420 sbatch --export=NONE",
+              "no-venv-shell": f"cd {LAUNCH} && env -i PATH=/usr/bin:/bin HOME=/root timeout 420 sbatch"}[submitter]
+    proc = node_exec(slurm3.name, 1, f"{submit} --parsable --wait --time=5 --nodelist=node1,node2 sbatch.sh /tmp/probe.py",
+                     check=False, timeout=bounds.JOB)
+    job = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else "?"
+    out = node_exec(slurm3.name, 1, f"cat {LAUNCH}/slurm-{job}.out", check=False).stdout
+    assert proc.returncode == 0, f"sbatch: {proc.stdout}{proc.stderr}\njob output:\n{out[-4000:]}"
+    seen = probe_lines(out)
+    assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
+        ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], out[-4000:]

@@ -130,7 +130,7 @@ def test_rebuilt_node_host_keys_are_replaced(lab):
 
 
 def test_non_root_cluster_user(lab):
-    res = stages(lab, "-e", "cluster_user=train", "--tags", "ssh_mesh,pdsh")
+    res = stages(lab, "-e", "cluster_user=train", "-e", "cluster_user_create=true", "--tags", "ssh_mesh,pdsh")
     assert res.rc == 0, res
     for i in range(1, NODES + 1):
         node_exec(LAB, i, "ssh node1 true && ssh node2 true", user="train")
@@ -138,5 +138,5 @@ def test_non_root_cluster_user(lab):
         assert perms[:2] == ["train 700", "train 600"]
         out = node_exec(LAB, i, "PDSH_RCMD_TYPE=ssh pdsh -w ^/etc/pdsh/hosts whoami | sort", user="train").stdout
         assert out.split("\n")[:2] == ["node1: train", "node2: train"]
-    again = stages(lab, "-e", "cluster_user=train", "--tags", "ssh_mesh,pdsh")
+    again = stages(lab, "-e", "cluster_user=train", "-e", "cluster_user_create=true", "--tags", "ssh_mesh,pdsh")
     assert again.rc == 0 and again.changed == 0, again

@@ -34,12 +34,18 @@ def shell_commands():
             yield path.relative_to(helpers.REPO), task.get("name"), args["cmd"] if isinstance(args, dict) else args
 
 
+# whole commands our filters build from constants alone (no value goes in): nothing to quote
+CONSTANT_COMMANDS = {"none | provision.cluster.machine_probe"}   # module_utils/machine.py PROBE
+
+
 def test_every_templated_value_in_a_shell_command_is_quoted():
     commands = list(shell_commands())
     assert commands, "no shell task found: the walk is broken"
     unquoted = []
     for path, name, cmd in commands:
         for expr in re.findall(r"\{\{(.*?)\}\}", cmd, re.S):
+            if expr.strip() in CONSTANT_COMMANDS:
+                continue
             if not re.search(r"\|\s*(quote|int)\s*$", expr.strip()):
                 unquoted.append(f"{path}: {name}: {{{{{expr}}}}}")
     assert unquoted == []

@@ -68,6 +68,17 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
 @click.option("--root-password-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Root password login only (first-contact tests): sshd started on 2222 (no init), or "
                    "the systemd node's own sshd on 22 (--init systemd).")
+@click.option("--login", "login", default=None, type=click.Choice(["root", "sudo", "sudo-password"]),
+              envvar="PROVISION_LAB_LOGIN",
+              help="How Ansible logs in. root (default): as root (podman until sshd runs, then ssh). sudo: as the "
+                   "admin 'ops' over ssh on port 22 with passwordless sudo (a cloud VM); sudo-password: ops's sudo "
+                   "asks for a password (--sudo-password-file; an HPC site). Both refuse root over SSH and have a "
+                   "training user 'trainer' (uid 2001 on every node), the lab inventory's cluster_user.")
+@click.option("--sudo-password-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="With --login sudo-password: the admin's password (first line), set at the nodes' console.")
+@click.option("--bastion", is_flag=True, envvar="PROVISION_LAB_BASTION",
+              help="Put the nodes behind a bastion container: this machine reaches them only through it "
+                   "(ProxyJump; implies --login sudo unless --login says otherwise).")
 @click.option("--from", "snapshot", default=None, metavar="SNAPSHOT",
               help="Re-create the lab's nodes from a snapshot (`provision lab save`): the nodes as they were when "
                    "saved, at the same addresses; the snapshot sets the nodes, images and options (--mirror "
@@ -76,12 +87,14 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
 @click.pass_context
 def lab_up(ctx: click.Context, nodes: int, name: str, flavour: str | None, releases: str, init: str, bare: bool,
            mirror: bool, slurm: bool, shm_size: str, node_options: tuple[str, ...], root_password_file: str | None,
-           snapshot: str | None, json_mode: bool) -> None:
+           login: str | None, sudo_password_file: str | None, bastion: bool, snapshot: str | None,
+           json_mode: bool) -> None:
     """Bring up (or keep) a lab of N nodes; a second `up` is a fast no-op."""
     term = Application(json_mode=json_mode)
     if snapshot:
         given = [f"--{p.replace('_', '-')}" for p in ("nodes", "flavour", "releases", "init", "bare", "slurm",
-                                                       "shm_size", "node_options", "root_password_file")
+                                                       "shm_size", "node_options", "root_password_file", "login",
+                                                       "sudo_password_file", "bastion")
                  if ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE]
         if given:
             raise UsageError(f"--from {snapshot} sets the nodes and their options; drop {', '.join(given)}")
@@ -96,10 +109,22 @@ def lab_up(ctx: click.Context, nodes: int, name: str, flavour: str | None, relea
     password = None
     if root_password_file:
         password = open(root_password_file, encoding="utf-8").read().strip()
+    login = login or ("sudo" if bastion else "root")
+    if login != "root" and root_password_file:
+        raise UsageError(f"--root-password-file opens root password login; --login {login} refuses root over SSH")
+    sudo_password = None
+    if sudo_password_file:
+        from provision import ansible
+
+        try:  # yours, 0600, not a link: as every password file
+            sudo_password = ansible.read_become_password_file(sudo_password_file)
+        except ansible.AnsibleError as exc:
+            raise UsageError(str(exc).replace("--become-password-file", "--sudo-password-file")) from None
     spec = lab_core.LabSpec(name=name, nodes=nodes, flavour="bare" if bare else (flavour or "full"),
                             shm_size=shm_size, node_options=_parse_node_options(node_options),
                             password=password, init=init, mirror=mirror, slurm=slurm,
-                            os=tuple(r.strip() for r in releases.split(",") if r.strip()) or (lab_core.SUITE,))
+                            os=tuple(r.strip() for r in releases.split(",") if r.strip()) or (lab_core.SUITE,),
+                            login=login, sudo_password=sudo_password, bastion=bastion)
     with term.guard():
         state = lab_core.up(spec, log=term.info)
     _print_status(term, state, json_mode)
@@ -234,6 +259,10 @@ def _print_status(term: Terminal, state: dict, json_mode: bool) -> None:
                 "frozen" if k == "frozen" else f"{k} {v}" + (f" ({node['faults'][k + '_direction']})"
                                                             if k + "_direction" in node["faults"] else "")
                 for k, v in node["faults"].items() if not k.endswith("_direction")))
+    if state.get("login") and state["login"].get("login", "root") != "root":
+        lg = state["login"]
+        term.info(f"login: {lg['admin']} ({lg['login']}) over ssh, key {lg['key']}; training user {lg['trainer']}"
+                  + (f"; bastion {lg['bastion']['address']} ({lg['bastion']['state']})" if lg.get("bastion") else ""))
     if state.get("slurm"):
         sl = state["slurm"]
         term.info(f"SLURM: slurmctld on {sl['controller']}, partition {sl['partition']} of {', '.join(sl['nodes'])}")

@@ -13,6 +13,7 @@ import click
 
 from provision import ansible
 from provision import launch as core
+from provision.commands._options import become_options
 from provision.launch import LAUNCHERS, LaunchFailure, Play
 from provision.terminal import EXIT_FAILED, EXIT_USAGE
 
@@ -48,8 +49,10 @@ def _say(message: str) -> None:
 @click.option("--chdir", default=None, help="Working directory of the job on the nodes.")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True,
               help="KEY=VALUE passed to Ansible (e.g. launchers_dir=/data/launch).")
+@become_options
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
-def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, program):
+def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, program, ask_become_pass,
+            become_password_file):
     """Start PROGRAM (script.py args...) on all nodes with the rendered launcher; stream the output.
 
     \b
@@ -68,10 +71,13 @@ def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, p
     script, where = LAUNCHERS[launcher]
     env = ansible.environment(core.ENVIRONMENT)
     try:
+        password = ansible.become_password(ask_become_pass, become_password_file)
         hosts = core.read_inventory(inventory, group)
+    except ansible.AnsibleError as exc:
+        _usage(str(exc))
     except LaunchFailure as exc:
         _usage(str(exc))
-    play = Play(inventory, group, core.new_run_id(), env, extra={"launch_on": where, **extra})
+    play = Play(inventory, group, core.new_run_id(), env, extra={"launch_on": where, **extra}, become_password=password)
     printer = Printer(hosts)
     code = core.run_job(play, hosts, script, list(program), chdir, timeout, poll_wait, printer, _say)
     if code == EXIT_FAILED:

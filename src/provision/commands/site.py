@@ -26,7 +26,9 @@ def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...]) -> 
 def command(inventory: str, stage: str | None, ansible_args: tuple[str, ...]) -> None:
     """Run site.yml (all stages, or --stage NAME) against an inventory.
 
-    Arguments after the options go to ansible-playbook (e.g. --check --diff, --limit node2).
+    Arguments after the options go to ansible-playbook (e.g. --check --diff, --limit node2), the sudo
+    password options among them: -K/--ask-become-pass (ansible-playbook asks, not echoed) or
+    --become-password-file FILE.
     """
     app = Application()
     if not os.path.exists(inventory):

@@ -13,10 +13,11 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from provision import export
+from provision import ansible, export
 from provision import verify as core
 from provision import views
 from provision.app import Application
+from provision.commands._options import become_options
 from provision.terminal import Terminal, make_table
 
 
@@ -204,6 +205,7 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="With --local (implied): SLURM's health check. Drain this node when a check fails (reason "
                    "'provision: <check>: <cause>'), resume it when all pass and the drain was ours (docs/slurm.md).")
 @click.option("--node-name", metavar="NAME", help="This node's name [default: $SLURMD_NODENAME, else the short hostname].")
+@become_options
 @click.option("--grid/--no-grid", "grid", default=None,
               help="The check x node grid: --grid always (in slices of nodes that fit the terminal), --no-grid never "
                    "[default: when it fits]. The per-node view is always shown.")
@@ -216,7 +218,8 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool, full: bool,
             extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
             list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None, grid: bool | None, brief: bool,
-            junit: str | None, prometheus: str | None) -> None:
+            junit: str | None, prometheus: str | None, ask_become_pass: bool,
+            become_password_file: str | None) -> None:
     """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
 
     \b
@@ -244,10 +247,12 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
             app.usage("--local checks this node only: no --inventory, --limit, --smoke or --save-baseline")
         _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name, outputs, show)
     timeout = timeout or 300
+    with app.guard():
+        password = ansible.become_password(ask_become_pass, become_password_file)
     with app.guard(), outputs.on_error(), Progress(term) as progress:  # on stderr: stdout stays one JSON document
         doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke, full=full,
                           extra_vars=list(extra_vars), timeout=timeout, on_event=progress, baseline=baseline,
-                          save_baseline=save_baseline)
+                          save_baseline=save_baseline, become_password=password)
     outputs.write(doc)
     show(app, doc)
     app.done(doc["ok"])

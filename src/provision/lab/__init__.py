@@ -37,6 +37,7 @@ from ._base import (LABEL, LABEL_ADDRESS, LABEL_FLAVOUR, LABEL_INDEX, LABEL_INIT
                     LABEL_ROLE, LABEL_RUN, LABEL_SIDE, LABEL_SNAPSHOT, NAME_RULE, LabError, _run, check_name,
                     machine_lock, podman)
 from . import faults as faults_mod
+from . import login as login_mod
 from . import mirror as mirror_mod
 from . import slurm as slurm_mod
 from .images import (FLAVOURS, INITS, RECIPE_VERSION, RELEASES, SUITE, build_image, check_image_args,
@@ -109,6 +110,11 @@ class LabSpec:
     images: dict[int, str] = field(default_factory=dict)
     snapshot: str | None = None
     subnet: int | None = None
+    # how the lab is logged into (login.py): root (the controller as root, podman then ssh), or an admin
+    # with sudo (sudo, sudo-password: the admin's password, for sudo); a bastion in front of the nodes
+    login: str = "root"
+    sudo_password: str | None = field(default=None, repr=False)
+    bastion: bool = False
 
     def wants_mirror(self) -> bool:
         return self.mirror or self.slurm or self.flavour == "bare"
@@ -126,6 +132,10 @@ class LabSpec:
                            f"for all nodes or one per node (e.g. --nodes 3 --os bullseye,bookworm,trixie)")
         for release in self.os:
             check_image_args(self.flavour, release, self.init)
+        # a restore brings the nodes as they were made (their password included): none is asked for
+        restored = self.snapshot and self.login == "sudo-password"
+        login_mod.check(self.login, self.sudo_password or ("(in the snapshot)" if restored else None), self.bastion,
+                        self.flavour)
 
 
 # ---------------------------------------------------------------- host prerequisites
@@ -335,6 +345,15 @@ def status(name: str = DEFAULT_NAME) -> dict:
     nodes.sort(key=lambda n: n.index)
     doc = {"lab": name, "networks": list_networks(name), "nodes": [asdict(n) for n in nodes],
            "up": bool(nodes) and all(n.state == "running" for n in nodes)}
+    logins = {(c.get("Labels") or {}).get(login_mod.LABEL_LOGIN, "root") for c in _nodes_of(containers)}
+    if logins and logins != {"root"}:
+        state_dir = cache_dir() / "labs" / name
+        doc["login"] = {"login": sorted(logins)[0], "admin": login_mod.ADMIN, "trainer": login_mod.TRAINER,
+                        "key": str(state_dir / login_mod.KEY_NAME), "known_hosts": str(state_dir / "known_hosts")}
+        bastion = next((c for c in containers if (c.get("Labels") or {}).get(LABEL_ROLE) == login_mod.BASTION_ROLE), None)
+        if bastion is not None:
+            doc["login"]["bastion"] = {"container": bastion["Names"][0], "state": bastion.get("State", "unknown"),
+                                       "address": (bastion.get("Labels") or {}).get(LABEL_ADDRESS, "")}
     slurm_state = cache_dir() / "labs" / name / "slurm.json"
     if nodes and slurm_state.is_file():
         doc["slurm"] = json.loads(slurm_state.read_text())
@@ -415,8 +434,9 @@ def _plan(spec: LabSpec, k: int) -> list[tuple[int, str, str, str, str]]:
 
 
 def _run_options(spec: LabSpec, idx: int) -> dict:
-    """What of a node's podman run options a snapshot must give it again."""
-    return {"shm_size": spec.shm_size, "node_options": spec.node_options.get(idx, [])}
+    """What of a node's podman run options a snapshot must give it again (and how it is logged into)."""
+    return {"shm_size": spec.shm_size, "node_options": spec.node_options.get(idx, []), "login": spec.login,
+            "bastion": spec.bastion}
 
 
 def _run_argv(spec: LabSpec, idx: int, cname: str, tag: str, addr: str, side: str, side_net: str) -> list[str]:
@@ -435,6 +455,8 @@ def _run_argv(spec: LabSpec, idx: int, cname: str, tag: str, addr: str, side: st
         "--label", f"{LABEL_ADDRESS}={addr}", "--label", f"{LABEL_SIDE}={side}",
         "--label", f"{LABEL_OS}={release}", "--label", f"{LABEL_INIT}={spec.init}",
         "--label", f"{LABEL_FLAVOUR}={spec.flavour}",
+        "--label", f"{login_mod.LABEL_LOGIN}={spec.login}",
+        "--label", f"{login_mod.LABEL_BASTION}={'1' if spec.bastion else '0'}",
         "--label", f"{LABEL_RUN}={json.dumps(_run_options(spec, idx), separators=(',', ':'))}",
         *(["--label", f"{LABEL_SNAPSHOT}={spec.snapshot}"] if spec.snapshot else []),
         # the side network is eth0, the cluster network eth1 (named: podman attaches the
@@ -515,14 +537,17 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
             tag = spec.images.get(idx) or tags[spec.release(idx)]
             c = existing.get(idx)
             if c is not None:
-                same_image = (c.get("Labels") or {}).get(LABEL_RECIPE) == tag
-                if same_image and c.get("State") == "running":
+                labels = c.get("Labels") or {}
+                same_image = labels.get(LABEL_RECIPE) == tag
+                same_login = (labels.get(login_mod.LABEL_LOGIN, "root") == spec.login
+                              and labels.get(login_mod.LABEL_BASTION, "0") == ("1" if spec.bastion else "0"))
+                if same_image and same_login and c.get("State") == "running":
                     continue
-                if same_image:
+                if same_image and same_login:
                     podman("start", cname)
                     started.append(cname)
                     continue
-                log(f"{cname}: image changed, re-creating")
+                log(f"{cname}: {'image' if not same_image else 'login'} changed, re-creating")
                 podman("rm", "-f", "-t", "0", cname)
             if podman("network", "exists", side_net, check=False).returncode != 0:
                 _ensure_network(side_net, subnet, spec.name)
@@ -551,6 +576,14 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
         raise LabError(f"{exc}{undo}") from exc
     # the bridge has its address once a container is attached: before anything talks to the lab
     check_reachable(f"10.89.{k}.0/24")
+    if spec.login != "root":
+        _login_shape(spec, k, plan, tags, created, log=log)
+    elif not spec.snapshot:
+        # a machine-id for each new node without systemd (systemd makes its own): what tells a machine
+        # from another one of the same name (the fact cache, playbooks/identity.yml)
+        for _idx, cname in created:
+            if spec.init != "systemd":
+                podman("exec", cname, "sh", "-c", login_mod.MACHINE_ID, timeout=60)
     url = None
     if spec.wants_mirror() or server is not None:
         url = mirror_mod.serve(spec.name, k, tags[spec.release(1)], existing=server, log=log)
@@ -564,6 +597,32 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
                   "init": spec.init} for idx, cname, addr, _net, _sub in plan]
         slurm_mod.setup(spec.name, nodes, url, lab_state_dir(spec.name), log=log)
     return status(spec.name)
+
+
+def _login_shape(spec: LabSpec, k: int, plan: list, tags: dict[str, str], created: list[tuple[int, str]],
+                 *, log=print) -> None:
+    """The admin, the training user, sshd on 22 and the lab's key on new nodes (at their console: podman
+    exec); the nodes' and the bastion's host keys in the lab's known_hosts; with a bastion, the nodes drop
+    what this machine sends them directly."""
+    state = lab_state_dir(spec.name)
+    _key, public = login_mod.lab_key(state, spec.name)
+    known = state / "known_hosts"
+    fresh = {cname for _idx, cname in created}
+    for idx, cname, addr, _net, _sub in plan:
+        if cname in fresh and not spec.snapshot:
+            login_mod.setup_machine(cname, spec.login, spec.init, public, spec.sudo_password)
+        # sshd on 22 as a boot starts it (a restored node's daemons: the snapshot restarts them)
+        keys = login_mod.boot_machine(cname, spec.init) if not spec.snapshot else login_mod.host_keys(cname)
+        login_mod.record_host_keys(known, addr, keys)
+    if spec.bastion:
+        address, keys = login_mod.ensure_bastion(spec.name, k, tags[spec.release(1)], spec.init, public, log=log)
+        login_mod.record_host_keys(known, address, keys)
+        login_mod.write_ssh_config(state, spec.name, address)
+        sources = login_mod.gateways([f"10.89.{k}.0/24"] + [sub for *_x, sub in plan])
+        for _idx, cname, *_rest in plan:
+            login_mod.drop_direct(cname, sources)
+    log(f"login: {login_mod.ADMIN} with {spec.login}{' through the bastion' if spec.bastion else ''}; "
+        f"training user {login_mod.TRAINER}; key and known_hosts in {state}")
 
 
 def build_mirrors(spec: LabSpec, tags: dict[str, str], *, log=print) -> dict[str, dict]:

@@ -149,7 +149,8 @@ def save(lab: str, name: str, *, log=print) -> dict:
         run = json.loads(labels.get(LABEL_RUN) or "{}")
         record_nodes.append({"index": index, "image": tag, "os": kind["os"], "init": kind["init"],
                              "flavour": kind["flavour"], "shm_size": run.get("shm_size", "1g"),
-                             "node_options": run.get("node_options", []), "daemons": daemons})
+                             "node_options": run.get("node_options", []), "daemons": daemons,
+                             "login": run.get("login", "root"), "bastion": bool(run.get("bastion", False))})
     from . import mirror as mirror_mod
 
     state_dir = cache_dir() / "labs" / lab
@@ -161,7 +162,10 @@ def save(lab: str, name: str, *, log=print) -> dict:
     path = record_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=1))
+    # 0600: the record holds the lab's state files (a login lab's private key among them)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(record, indent=1))
     os.replace(tmp, path)
     log(f"saved lab {lab} as snapshot {name}: {len(record_nodes)} node(s) in {time.monotonic() - started:.0f} s")
     return record
@@ -181,16 +185,20 @@ def restore(lab: str, name: str, *, mirror: bool = False, log=print) -> dict:
     inits = {n["init"] for n in nodes}
     flavours = {n["flavour"] for n in nodes}
     shm = {n["shm_size"] for n in nodes}
-    if len(inits) != 1 or len(flavours) != 1 or len(shm) != 1:
-        raise LabError(f"snapshot {name} mixes init systems, flavours or /dev/shm sizes, which one lab cannot")
+    logins = {(n.get("login", "root"), bool(n.get("bastion", False))) for n in nodes}
+    if len(inits) != 1 or len(flavours) != 1 or len(shm) != 1 or len(logins) != 1:
+        raise LabError(f"snapshot {name} mixes init systems, flavours, /dev/shm sizes or logins, which one lab cannot")
+    login, bastion = logins.pop()
     started = time.monotonic()
-    down(lab, log=lambda _m: None)
     spec = LabSpec(name=lab, nodes=len(nodes), flavour=flavours.pop(), shm_size=shm.pop(), init=inits.pop(),
                    os=tuple(n["os"] for n in nodes), mirror=mirror or bool(record.get("mirror")),
                    node_options={n["index"]: list(n["node_options"]) for n in nodes if n["node_options"]},
-                   images={n["index"]: n["image"] for n in nodes}, snapshot=name, subnet=int(record["subnet"]))
-    # systemd nodes: up() waits until they booted, and systemd starts sshd with the role's drop-in
-    state = up(spec, log=log)
+                   images={n["index"]: n["image"] for n in nodes}, snapshot=name, subnet=int(record["subnet"]),
+                   login=login, bastion=bastion)
+    spec.check()  # before the lab is removed: a snapshot this provision cannot bring back leaves it as it is
+    down(lab, log=lambda _m: None)
+    # the lab's controller-side files first: a login lab's key is the one its nodes authorize (a new
+    # bastion gets it too), and up() records the host keys of this run in its known_hosts
     folder = lab_state_dir(lab)
     for fname, saved in (record.get("state") or {}).items():
         path = folder / Path(fname).name
@@ -198,6 +206,8 @@ def restore(lab: str, name: str, *, mirror: bool = False, log=print) -> dict:
         with os.fdopen(fd, "w") as fh:
             fh.write(saved["text"])
         os.chmod(path, saved["mode"])
+    # systemd nodes: up() waits until they booted, and systemd starts sshd with the role's drop-in
+    state = up(spec, log=log)
     containers = {n["index"]: f"{lab}-node{n['index']}" for n in nodes}
     for node in nodes:
         for cmd in node["daemons"]:

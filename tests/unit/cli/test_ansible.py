@@ -62,3 +62,31 @@ def test_run_playbook_is_bounded_and_kills_the_group(tmp_path):
 def test_collection_module_is_the_playbooks_code():
     catalog = ansible.collection_module("catalog")
     assert catalog.__name__ == "ansible_collections.provision.cluster.plugins.module_utils.catalog"
+
+
+def test_run_playbook_hands_the_become_password_on_stdin(tmp_path):
+    """The way ansible-playbook reads it (`--become-password-file -`): standard input, never argv or env."""
+    out = tmp_path / "seen"
+    probe = ("import os, sys; open(%r, 'w').write(repr((sys.stdin.read(), sys.argv[1:], "
+             "[k for k, v in os.environ.items() if 'pw-123' in v])))" % str(out))
+    run = ansible.run_playbook([sys.executable, "-c", probe], dict(__import__("os").environ), timeout=60,
+                               become_password="pw-123")
+    assert run.rc == 0, run.stderr
+    stdin, argv, env = eval(out.read_text())  # noqa: S307 - our own repr
+    assert stdin == "pw-123\n" and argv == ["--become-password-file", "-"] and env == []
+
+
+def test_become_password_sources(tmp_path, monkeypatch):
+    assert ansible.become_password() is None
+    assert ansible.become_password(ask=True, prompt=lambda p: "typed") == "typed"
+    with pytest.raises(ansible.AnsibleError, match="empty"):
+        ansible.become_password(ask=True, prompt=lambda p: "")
+    f = tmp_path / "pw"
+    f.write_text("first\nsecond\n")
+    f.chmod(0o600)
+    assert ansible.become_password(password_file=str(f)) == "first"
+    with pytest.raises(ansible.AnsibleError, match="give one of them"):
+        ansible.become_password(ask=True, password_file=str(f))
+    f.chmod(0o640)
+    with pytest.raises(ansible.AnsibleError, match="chmod 600"):
+        ansible.become_password(password_file=str(f))

@@ -82,3 +82,17 @@ def test_bare_and_another_image_contradict():
     result = CliRunner().invoke(cli, ["lab", "up", "--bare", "--image", "minimal"])
     assert result.exit_code == 2
     assert "--bare and --image minimal contradict" in result.output
+
+
+def test_site_passes_the_become_password_options_to_ansible_playbook(monkeypatch, tmp_path):
+    """`provision site -K` is ansible-playbook -K: it asks for the sudo password itself (not echoed)."""
+    from click.testing import CliRunner
+
+    from provision.cli import cli
+    from provision.commands import site
+
+    seen = {}
+    monkeypatch.setattr(site.os, "execve", lambda path, argv, env: seen.update(argv=argv))
+    result = CliRunner().invoke(cli, ["site", "-i", str(tmp_path), "-K", "--become-password-file", "/x/pw"])
+    assert result.exit_code == 0, result.output
+    assert seen["argv"][-3:] == ["-K", "--become-password-file", "/x/pw"]

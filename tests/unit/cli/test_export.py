@@ -233,7 +233,7 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monke
 
 
 def fake_run(report):
-    def run(argv, env, *, timeout=300, on_event=None, events=False):
+    def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         return ansible.Run(rc=0, stdout="", stderr="", duration_s=0.5, report=report)
     return run
 
@@ -251,7 +251,7 @@ def test_verify_writes_junit_and_prometheus_and_keeps_json_on_stdout(monkeypatch
 
 
 def test_verify_that_times_out_still_writes_a_not_ok_record(monkeypatch, tmp_path):
-    def run(argv, env, *, timeout=300, on_event=None, events=False):
+    def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         return ansible.Run(rc=-15, stdout="", stderr="", duration_s=timeout, timed_out=True)
     monkeypatch.setattr(ansible, "run_playbook", run)
     prom, junit = tmp_path / "v.prom", tmp_path / "v.xml"

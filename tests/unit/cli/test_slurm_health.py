@@ -199,8 +199,10 @@ def test_local_refuses_checks_that_need_other_nodes():
 
 def test_local_inventory_is_this_node_over_the_local_connection():
     inv = json.loads(core.local_inventory("node2", "10.0.0.2", python="/opt/p/bin/python"))
+    # ansible_become false: the checks run as whoever runs them (slurmd's root), never through sudo
     assert inv == {"cluster": {"hosts": {"node2": {"ansible_connection": "local", "ansible_python_interpreter":
-                                                   "/opt/p/bin/python", "cluster_address": "10.0.0.2"}}}}
+                                                   "/opt/p/bin/python", "cluster_address": "10.0.0.2",
+                                                   "ansible_become": False}}}}
 
 
 def test_catalog_local_expansion_leaves_out_ssh_checks():

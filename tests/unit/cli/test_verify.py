@@ -49,9 +49,11 @@ def test_build_command_selection_limit_and_vars(tmp_path):
     assert "verify_matrix" not in json.loads(argv[argv.index("-e") + 1])
 
 
-def fake_run(report, **kw):
-    def run(argv, env, *, timeout=300, on_event=None, events=False):
+def fake_run(report, seen=None, **kw):
+    def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         assert events
+        if seen is not None:
+            seen.update(argv=argv, env=env, become_password=become_password)
         if on_event:
             on_event({"event": "result", "host": "good", "task": "Node reachable", "status": "ok"})
         return ansible.Run(rc=0, stdout="", stderr="", duration_s=0.5, report=report, **kw)
@@ -67,6 +69,36 @@ def test_cli_json_document_adds_inventory_limit_and_duration_and_exits_1(monkeyp
                          "nodes", "checks", "mesh", "versions", "allreduce"]
     assert doc["ok"] is False and doc["nodes"][1]["name"] == "bad" and doc["duration_s"] == 0.5
     assert doc["inventory"] == str(tmp_path)
+
+
+def test_become_password_goes_to_the_run_never_the_command_line(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(ansible, "run_playbook", fake_run(recorded("unreachable.json"), seen))
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret-sudo\n")
+    secret.chmod(0o600)
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--become-password-file", str(secret)])
+    assert result.exit_code == 1, result.output
+    assert seen["become_password"] == "s3cret-sudo"
+    assert not any("s3cret" in a for a in seen["argv"]) and not any("s3cret" in v for v in seen["env"].values())
+    assert "s3cret" not in result.output
+    # -K asks on the terminal (getpass: not echoed)
+    monkeypatch.setattr("getpass.getpass", lambda prompt: "typed-pw")
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "-K"])
+    assert seen["become_password"] == "typed-pw" and "typed-pw" not in result.output
+
+
+def test_become_password_file_others_can_read_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(ansible, "run_playbook", fake_run(recorded("unreachable.json")))
+    secret = tmp_path / "pw"
+    secret.write_text("pw\n")
+    secret.chmod(0o644)
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--become-password-file", str(secret)])
+    assert result.exit_code == 2 and "chmod 600" in result.output
+    link = tmp_path / "link"
+    link.symlink_to(secret)
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--become-password-file", str(link)])
+    assert result.exit_code == 2 and "link" in result.output
 
 
 def test_cli_human_output_names_node_check_cause_and_fix(monkeypatch, tmp_path):
@@ -119,7 +151,7 @@ def test_cli_usage_errors_exit_2_with_one_line(args, message):
 
 
 def test_cli_inventory_that_ansible_cannot_parse_exits_2(monkeypatch, tmp_path):
-    def run(argv, env, *, timeout=300, on_event=None, events=False):
+    def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         return ansible.Run(rc=1, stdout="", duration_s=0.1,
                            stderr="[ERROR]: Completely failed to parse inventory source /x/broken.yml\n")
     monkeypatch.setattr(ansible, "run_playbook", run)
@@ -129,7 +161,7 @@ def test_cli_inventory_that_ansible_cannot_parse_exits_2(monkeypatch, tmp_path):
 
 
 def test_cli_no_host_matched_exits_2(monkeypatch, tmp_path):
-    def run(argv, env, *, timeout=300, on_event=None, events=False):
+    def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         return ansible.Run(rc=0, stdout="", stderr="", duration_s=0.1, no_hosts=True)
     monkeypatch.setattr(ansible, "run_playbook", run)
     result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--limit", "nodeX"])
@@ -138,7 +170,7 @@ def test_cli_no_host_matched_exits_2(monkeypatch, tmp_path):
 
 
 def test_cli_timeout_exits_1(monkeypatch, tmp_path):
-    def run(argv, env, *, timeout=300, on_event=None, events=False):
+    def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         return ansible.Run(rc=-15, stdout="", stderr="", duration_s=timeout, timed_out=True)
     monkeypatch.setattr(ansible, "run_playbook", run)
     result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--timeout", "3"])

@@ -119,7 +119,7 @@ def test_failures_of_one_kind_on_many_nodes_are_told_once(docs):
 
 
 def fake_run(report):
-    def run(argv, env, *, timeout=300, on_event=None, events=False):
+    def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         return ansible.Run(rc=0, stdout="", stderr="", duration_s=0.5, report=report)
     return run
 

@@ -198,13 +198,79 @@ def test_sbatch_script_uses_first_host_of_allocation(tmp_path):
     assert lines[0] == "#!/bin/bash"
     assert "#SBATCH --nodes=2" in lines and "#SBATCH --gpus-per-node=8" in lines and "#SBATCH --partition=gpu" in lines
     assert 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in lines
-    assert "srun --kill-on-bad-exit=1 /opt/venv/bin/python -m torch.distributed.run" in text
+    assert "srun --export=ALL --kill-on-bad-exit=1 /opt/venv/bin/python -m torch.distributed.run" in text
     assert '--rdzv-backend=c10d --rdzv-endpoint="$head_node:29500" --rdzv-id="$SLURM_JOB_ID"' in text
     # SBATCH directives must come before the first command
     first_cmd = next(i for i, ln in enumerate(lines) if ln and not ln.startswith("#"))
     assert all(i < first_cmd for i, ln in enumerate(lines) if ln.startswith("#SBATCH"))
     (tmp_path / "s.sh").write_text(text)
     subprocess.run(["bash", "-n", str(tmp_path / "s.sh")], check=True)
+
+
+FAKE_SLURM = {
+    # srun as far as these tests need it: drop its options, run the task here (the environment it was given)
+    "srun": '#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n',
+    "scontrol": "#!/bin/sh\necho node1\necho node2\n",
+}
+
+
+def _slurm_sandbox(tmp_path):
+    """A fake venv python (prints what the job sees) and a fake srun/scontrol under /usr/local/bin-like dir."""
+    bin_dir = tmp_path / "bin"
+    venv = tmp_path / "venv" / "bin"
+    for d in (bin_dir, venv):
+        d.mkdir(parents=True)
+    for name, body in FAKE_SLURM.items():
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    py = venv / "python"
+    py.write_text('#!/bin/sh\necho "python=$0 args=$* NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME-unset} '
+                  'VIRTUAL_ENV=${VIRTUAL_ENV-unset} HOME=${HOME-unset}"\n')
+    py.chmod(0o755)
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    env = {"env": {"NCCL_SOCKET_IFNAME": "eth1", "VIRTUAL_ENV": str(venv.parent)}, "path": [str(venv)],
+           "ld_library_path": [], "source": []}
+    files = L.launch_files(nodes(1, 1), "node1", "10.0.0.1", python=str(py), use_gpu=False, environment=env,
+                           launch_dir=str(launch))
+    for fname, f in files.items():
+        (launch / fname).write_text(f["content"])
+        (launch / fname).chmod(int(f["mode"], 8))
+    return bin_dir, py, launch
+
+
+def test_sbatch_job_takes_its_environment_from_us_not_the_submitter(tmp_path):
+    """`sbatch --export=NONE` (no PATH, no HOME, no venv: srun gets SLURM_EXPORT_ENV=NONE): the task still
+    runs the environment's python, with the cluster's variables, because the script names both."""
+    bin_dir, py, launch = _slurm_sandbox(tmp_path)
+    text = (launch / "sbatch.sh").read_text()
+    assert "srun --export=ALL" in text and f"{launch}/cluster.env.sh" in text.replace("'", "")
+    # what slurmd runs with --export=NONE: nothing of the submitter's environment (no HOME, no venv); the
+    # fake srun first on the PATH
+    env = {"SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "7",
+           "SLURM_EXPORT_ENV": "NONE", "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    out = subprocess.run(["/bin/bash", str(launch / "sbatch.sh"), "train.py"], env=env, capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    assert f"python={py} args=-m torch.distributed.run" in out and "train.py" in out
+    assert "NCCL_SOCKET_IFNAME=eth1" in out and f"VIRTUAL_ENV={py.parent.parent}" in out and "HOME=unset" not in out
+
+
+def test_launch_scripts_source_the_cluster_environment_themselves(tmp_path):
+    """Started with no environment at all (cron, sudo -u, a portal): the venv's python, the cluster's variables."""
+    _bin, py, launch = _slurm_sandbox(tmp_path)
+    out = subprocess.run([str(launch / "torchrun-c10d.sh"), "train.py"], env={}, capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    assert f"python={py} args=-m torch.distributed.run" in out and "NCCL_SOCKET_IFNAME=eth1" in out
+
+
+def test_launch_dir_path_expression():
+    assert L._path_expr("~trainer/.provision/launch") == "~trainer/.provision/launch"
+    assert L._path_expr("~trainer/my dir") == "~trainer/'my dir'"
+    assert L._path_expr("/data/launch") == "/data/launch"
+    with pytest.raises(L.LaunchError):
+        L._path_expr("relative/launch")
+    with pytest.raises(L.LaunchError):
+        L._path_expr("~$(reboot)/x")
 
 
 def test_sbatch_without_gpus_asks_for_none():

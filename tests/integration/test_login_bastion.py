@@ -1,0 +1,160 @@
+"""A cluster behind a login node (issue 30): `provision lab up --bastion`, 2 nodes behind NAME-bastion.
+
+This machine reaches the nodes only through the bastion (a test proves its direct traffic is dropped,
+while the nodes still reach each other directly); the lab inventory uses ProxyJump with the bastion's host
+key checked. Fresh site.yml green, a re-run changes nothing, `provision verify` green, a torchrun job runs
+as trainer; `provision bootstrap` makes first contact (a password, then our key) with a node through the
+bastion, host keys checked at the bastion and at the node; an unreachable bastion and a bastion whose host
+key changed are each named in one line with nothing changed; save / restore keep the shape.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+
+import pytest
+
+import bounds
+from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, tool
+from login_labs import ShapeLab, fatal_messages
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def lab():
+    made = ShapeLab(lab_name("bast"), ["--bastion"]).up()
+    try:
+        made.first = made.site(timeout=bounds.SITE_FRESH)
+        yield made
+    finally:
+        made.down()
+        # `lab forget` takes no --name (lab_cmd adds one)
+        subprocess.run([tool("provision"), "lab", "forget", f"{made.name}-snap"], cwd=REPO, env=ansible_env(),
+                       capture_output=True, timeout=bounds.LAB_UP, check=False)
+
+
+def _tcp(address: str, port: int = 22, timeout: float = 3.0) -> str:
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return "open"
+    except (socket.timeout, TimeoutError):
+        return "dropped"
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def test_this_machine_reaches_the_nodes_only_through_the_bastion(lab):
+    st = lab.status()
+    bastion = st["login"]["bastion"]["address"]
+    assert _tcp(bastion) == "open"
+    for node in st["nodes"]:
+        # the cluster and the side address, sshd on 22 and 2222 listening there: dropped on the way
+        for addr in (node["address"], node["side_address"]):
+            assert _tcp(addr) == "dropped", (node["name"], addr)
+    # the nodes reach each other directly (the mesh does not go through the bastion)
+    node2 = st["nodes"][1]["address"]
+    node_exec(lab.name, 1, f"timeout 5 bash -c 'exec 3<>/dev/tcp/{node2}/22'")
+
+
+def test_fresh_site_verify_and_launch_through_the_bastion(lab):
+    assert lab.first.rc == 0, lab.first
+    again = lab.site()
+    assert again.rc == 0 and again.changed == 0, again
+    print(f"--bastion: fresh site.yml {lab.first.seconds:.0f} s, re-run {again.seconds:.0f} s (changed=0)")
+    proc = lab.verify()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    proc, seen = lab.launch_probe()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert sorted((p["host"], p["rank"], p["world"], p["user"], p["sum"]) for p in seen) == [
+        ("node1", "0", "2", "trainer", "3"), ("node2", "1", "2", "trainer", "3")], proc.stdout[-3000:]
+
+
+def _bootstrap(lab, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([tool("provision"), "bootstrap", "-i", str(REPO / "inventory" / "lab"), "--known-hosts",
+                           str(lab.state_dir() / "known_hosts"), "--json", *args], cwd=REPO, env=ansible_env(lab.name),
+                          capture_output=True, text=True, timeout=bounds.VERIFY, check=False)
+
+
+def test_bootstrap_first_contact_through_the_bastion(lab, tmp_path):
+    """node2 as a fresh VM would be: ops has a password and no key; bootstrap logs in with the password
+    through the bastion, installs the lab's key; Ansible then reaches node2 with the key."""
+    node_exec(lab.name, 2, "printf 'ops:first-contact-pw\\n' | chpasswd; rm -f /home/ops/.ssh/authorized_keys; "
+                           "sed -i 's/^PasswordAuthentication no/PasswordAuthentication yes/' "
+                           "/etc/ssh/sshd_config.d/00-lab-login.conf; pkill -HUP -f '^(sshd: )?/usr/sbin/sshd' || true")
+    pw = tmp_path / "pw"
+    pw.write_text("first-contact-pw\n")
+    pw.chmod(0o600)
+    try:
+        proc = _bootstrap(lab, "--limit", "node2", "--password-file", str(pw))
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        (host,) = json.loads(proc.stdout)["hosts"]
+        assert host["ok"] and host["login"] == "password" and host["host_key_status"] == "known", host
+        assert "created authorized_keys (0600) with the key" in host["changes"]
+        again = _bootstrap(lab, "--limit", "node2")
+        assert again.returncode == 0 and json.loads(again.stdout)["hosts"][0]["login"] == "key", again.stdout
+        ping = subprocess.run([tool("ansible"), "-i", str(REPO / "inventory" / "lab"), "node2", "-m", "ping"],
+                              env=ansible_env(lab.name), capture_output=True, text=True, timeout=bounds.COMMAND)
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+    finally:
+        node_exec(lab.name, 2, "sed -i 's/^PasswordAuthentication yes/PasswordAuthentication no/' "
+                               "/etc/ssh/sshd_config.d/00-lab-login.conf; usermod -p '*' ops; "
+                               "pkill -HUP -f '^(sshd: )?/usr/sbin/sshd' || true")
+
+
+def test_an_unreachable_bastion_is_named_and_nothing_changes(lab):
+    bastion = lab.status()["login"]["bastion"]
+    subprocess.run(["podman", "stop", "-t", "0", bastion["container"]], check=True, capture_output=True,
+                   timeout=bounds.COMMAND)
+    try:
+        lab.stamp()
+        # fresh ssh connections (not the run before's ControlPersist masters): as from a new shell
+        res = lab.site(fresh_connections=True)
+        assert res.rc != 0
+        for node in ("node1", "node2"):
+            line = next(m for m in fatal_messages(res) if m.startswith(f"{node}: "))
+            assert "bastion" in line and f"ProxyJump {lab.name}-bastion" in line, line
+        proc = _bootstrap(lab, "--limit", "node1")
+        assert proc.returncode == 1
+        (host,) = json.loads(proc.stdout)["hosts"]
+        assert f"the bastion ops@{bastion['address']}:22 in front of node1" in host["cause"], host
+        assert lab.changed_since_stamp() == {1: [], 2: []}
+    finally:
+        lab_cmd("up", "--nodes", "2", "--bastion", lab_name=lab.name, timeout=bounds.LAB_UP)
+    assert lab.site().rc == 0
+
+
+def test_a_bastion_whose_host_key_changed_is_refused_in_one_line(lab):
+    known = lab.state_dir() / "known_hosts"
+    saved = known.read_text()
+    address = lab.status()["login"]["bastion"]["address"]
+    other = next(ln.split()[2] for ln in saved.splitlines() if ln.split()[1:2] == ["ssh-ed25519"]
+                 and not ln.startswith(address + " "))
+    known.write_text("".join(f"{address} ssh-ed25519 {other}\n" if ln.startswith(f"{address} ssh-ed25519 ") else ln + "\n"
+                             for ln in saved.splitlines() if not ln.startswith(address + " ") or "ssh-ed25519" in ln))
+    try:
+        lab.stamp()
+        res = lab.site(fresh_connections=True)
+        assert res.rc != 0
+        line = next(m for m in fatal_messages(res) if m.startswith("node1: "))
+        assert f"the bastion {address} (ProxyJump {lab.name}-bastion) in front of node1 presents a host key" in line
+        assert f"ssh-keygen -R {address} -f {known}" in line, line
+        proc = _bootstrap(lab, "--limit", "node1")
+        assert proc.returncode == 1
+        (host,) = json.loads(proc.stdout)["hosts"]
+        assert "in front of node1 presents host key" in host["cause"] and "not the one recorded" in host["cause"], host
+        assert lab.changed_since_stamp() == {1: [], 2: []}
+    finally:
+        known.write_text(saved)
+
+
+def test_save_and_restore_keep_the_bastion(lab):
+    lab_cmd("save", f"{lab.name}-snap", lab_name=lab.name, timeout=bounds.LAB_UP)
+    lab_cmd("up", "--from", f"{lab.name}-snap", lab_name=lab.name, timeout=bounds.LAB_UP)
+    st = lab.status()
+    assert st["login"]["bastion"]["state"] == "running"
+    assert _tcp(st["nodes"][0]["address"]) == "dropped"
+    again = lab.site()
+    assert again.rc == 0 and again.changed == 0, again
