@@ -303,6 +303,10 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
     rdzv_timeout = datetime.timedelta(seconds=float(cfg.get("rendezvous_timeout", 30)))
     res["is_master"] = cfg["node_rank"] == 0 and local_rank == 0
     res["phase"] = "rendezvous"
+    # said now: torch retries until the rendezvous bound, and a rank the outer timeout kills says nothing
+    first = "master" if res["is_master"] else reach(addr, port)
+    if first in ("unreachable", "timeout"):
+        res["master_reach"] = first
     write_json(out_path, res)
     t0 = time.monotonic()
     handler = None
@@ -328,6 +332,7 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
             store = server
         else:
             store = dist.TCPStore(addr, port, world, is_master=False, timeout=rdzv_timeout)
+    res.pop("master_reach", None)   # the store answered after all
     res.update(rank=rank, world_size=world, rendezvous_s=round(time.monotonic() - t0, 3))
     res["phase"] = "init"
     write_json(out_path, res)

@@ -437,7 +437,11 @@ CAUSES = [
           r"No route to host|Connection timed out)\)",
           "cannot reach the master {host}:{port} ({why})",
           "use an address on the cluster network for cluster_master_addr and check routes/firewall between "
-          "the nodes on that interface", verify="nccl"),
+          "the nodes on that interface",
+          # the address torch was asked for: where the node cannot resolve names (a dead resolver), torch prints
+          # the per-address attempt from an unfilled buffer ("[84d0:0:d487:0:7ffc::]:7223", "0.0.0.0:7223")
+          context={"endpoint": r"failed to connect/validate to host (\S{1,255}?:\d{1,5}) - retrying"},
+          detail_context="cannot reach the master {endpoint} ({why})", verify="nccl"),
     Cause("peer_unreachable",
           r"Connect to (?P<host>\S{1,255}?)<(?P<port>\d{1,5})> (?:returned \d{1,4}\(|failed : )(?P<why>No route to host|"
           r"Network is unreachable|Connection timed out)",
