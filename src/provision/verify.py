@@ -32,7 +32,7 @@ def catalog():
 
 
 def checks() -> dict[str, str]:
-    """--check NAME -> what it covers, in table order (provision verify --list-checks)."""
+    """--only CHECK -> what it covers, in table order (provision verify --list-checks)."""
     return dict(catalog().describe())
 
 

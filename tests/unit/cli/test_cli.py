@@ -44,7 +44,7 @@ def test_lab_status_json_when_down(monkeypatch):
     result = CliRunner().invoke(cli, ["lab", "status", "--name", "nothing", "--json"])
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
-    assert doc == {"lab": "nothing", "networks": [], "nodes": [], "up": False}
+    assert doc == {"schema": 1, "lab": "nothing", "networks": [], "nodes": [], "up": False}
 
 
 def test_image_tag_changes_with_the_recipe(monkeypatch):

@@ -169,12 +169,12 @@ def test_cli_no_host_matched_exits_2(monkeypatch, tmp_path):
     assert "no host in group cluster matching --limit nodeX" in result.stderr
 
 
-def test_cli_timeout_exits_1(monkeypatch, tmp_path):
+def test_cli_timeout_exits_3(monkeypatch, tmp_path):
     def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         return ansible.Run(rc=-15, stdout="", stderr="", duration_s=timeout, timed_out=True)
     monkeypatch.setattr(ansible, "run_playbook", run)
     result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--timeout", "3"])
-    assert result.exit_code == 1 and "did not finish within 3 s" in result.stderr
+    assert result.exit_code == 3 and "did not finish within 3 s" in result.stderr
 
 
 def test_cli_list_checks_is_the_catalog():
