@@ -140,7 +140,7 @@ def test_recorded_healthy_lab_has_every_check_on_every_node():
 @pytest.mark.parametrize("args, message", [
     (["verify"], "no inventory"),
     (["verify", "-i", "/nonexistent/inventory"], "does not exist"),
-    (["verify", "-i", ".", "--check", "bogus"], "unknown check bogus"),
+    (["verify", "-i", ".", "--only", "bogus"], "unknown check bogus"),
 ])
 def test_cli_usage_errors_exit_2_with_one_line(args, message):
     result = CliRunner().invoke(cli, args)
