@@ -46,7 +46,7 @@ def check_list() -> dict:
 
 def checks_table(doc: dict | None = None) -> str:
     doc = doc or check_list()
-    rows = ["| `--check` | what it covers | read-only module (on each node) | stage | runs | `--local` |",
+    rows = ["| `--only` | what it covers | read-only module (on each node) | stage | runs | `--local` |",
             "| --- | --- | --- | --- | --- | --- |"]
     for c in doc["checks"]:
         how = ", ".join(f"`{m.rsplit('.', 1)[-1]}`" for m in c["modules"])

@@ -824,7 +824,7 @@ def open_jump(hop: Hop, sock, target: Target, timeout: float, keys: list):
             continue
         except paramiko.SSHException as exc:
             transport.close()
-            raise HostFailure(f"authentication at {what} did not finish: {exc}", "retry; raise --timeout") from exc
+            raise HostFailure(f"authentication at {what} did not finish: {exc}", "retry; raise -T/--connect-timeout") from exc
     transport.close()
     raise HostFailure(f"{what} accepts none of our keys for {hop.user or 'the user'}",
                       "log in to the bastion with a key first (its IdentityFile in ~/.ssh/config or an "
@@ -918,7 +918,7 @@ def authenticate(transport, target: Target, pkey, password: str | None) -> str:
             pass
         except paramiko.SSHException as exc:
             raise HostFailure(f"authentication as {target.user} did not finish: {exc}",
-                              "retry; raise --timeout if the host is slow") from exc
+                              "retry; raise -T/--connect-timeout if the host is slow") from exc
     if password is None:
         raise HostFailure(f"the controller's key is not authorized for {target.user} and no password was given",
                           "re-run with --ask-pass or --password-file FILE")
@@ -936,7 +936,7 @@ def authenticate(transport, target: Target, pkey, password: str | None) -> str:
                           f"check the password for {target.user}@{target.name}{root_hint}") from exc
     except paramiko.SSHException as exc:
         raise HostFailure(f"authentication as {target.user} did not finish: {exc}",
-                          "retry; raise --timeout if the host is slow") from exc
+                          "retry; raise -T/--connect-timeout if the host is slow") from exc
 
 
 def run_script(transport, script: str, timeout: float) -> tuple[int, str, str]:
@@ -954,7 +954,7 @@ def run_script(transport, script: str, timeout: float) -> tuple[int, str, str]:
         status = chan.recv_exit_status()
     except (socket.timeout, TimeoutError) as exc:
         raise HostFailure(f"timeout: a remote command did not finish within {timeout:g} s",
-                          "check the host's load; raise --timeout") from exc
+                          "check the host's load; raise -T/--connect-timeout") from exc
     finally:
         chan.close()
     return status, out.decode("utf-8", "surrogateescape"), err.decode("utf-8", "surrogateescape")

@@ -7,7 +7,7 @@ import sys
 import click
 
 from provision import __version__
-from provision.terminal import EXIT_USAGE
+from provision.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,14 +32,29 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
-def main() -> None:
+def run(argv: list[str] | None = None) -> int:
+    """One command line -> its exit status (provision.exits): a usage error is 2 (with --json, one JSON
+    document on stdout says so too), Ctrl-C 3."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.exit(EXIT_USAGE)
+        cli.main(args, prog_name="provision", standalone_mode=False)
+    except click.exceptions.Abort:  # Ctrl-C (click turns KeyboardInterrupt and EOF into Abort)
+        click.echo("provision: interrupted", err=True)
+        return EXIT_INTERRUPTED
     except click.exceptions.ClickException as exc:
         exc.show()
-        sys.exit(EXIT_USAGE)
+        if "--json" in args:
+            from provision.app import error_document
+            from provision.terminal import Terminal
+
+            Terminal(json_mode=True).emit_json(error_document(exc.format_message(), EXIT_USAGE))
+        return EXIT_USAGE
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    sys.exit(0)
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else 1)
+    return EXIT_OK
+
+
+def main() -> None:
+    sys.exit(run())

@@ -10,7 +10,8 @@ Thin over Ansible (playbooks/launch.yml + module provision.cluster.launch_job); 
    every node ended;
 4. when a node fails (or the timeout passes, or Ctrl-C) a `stop` play ends the others.
 
-`run_job` returns the exit status (0 the job succeeded everywhere, 1 it failed or timed out); what it
+`run_job` returns the exit status (provision.exits: 0 the job succeeded everywhere, 1 it failed, 3 a node
+was unreachable, the job timed out or was interrupted); what it
 has to say goes to a `say(message)` callback, the job's output to the Output. The command layer
 (provision.commands.launch) parses the options and prints.
 """
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from provision import ansible
-from provision.terminal import EXIT_FAILED, EXIT_OK
+from provision.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 
 # launcher -> (script rendered by the launchers role, where it runs)
 LAUNCHERS = {
@@ -45,10 +46,10 @@ class LaunchFailure(Exception):
     """Ansible could not do a step (message: one line)."""
 
 
-def read_inventory(inventory: str | None, group: str) -> list[str]:
-    """Hosts of GROUP in order; LaunchFailure with one line when the inventory is unusable."""
+def read_inventory(inventory: str | None, group: str, limit: str | None = None) -> list[str]:
+    """Hosts of GROUP (within --limit) in order; LaunchFailure with one line when the inventory is unusable."""
     try:
-        hosts = ansible.group_hosts(ansible.read_inventory(inventory), group)
+        hosts = ansible.group_hosts(ansible.read_inventory(inventory, limit), group)
     except ansible.AnsibleError as exc:
         raise LaunchFailure(str(exc)) from None
     if not hosts:
@@ -83,11 +84,14 @@ class Play:
     extra: dict = field(default_factory=dict)
     # the sudo password of the login user (-K, --become-password-file): to ansible-playbook on its stdin
     become_password: str | None = field(default=None, repr=False)
+    limit: str | None = None
+    args: list[str] = field(default_factory=list)  # -f, -u, -v, -T as ansible-playbook takes them
 
     def run(self, action: str, timeout: float, **variables) -> dict[str, dict]:
         evars = {"launch_action": action, "launch_run_id": self.run_id, "cluster_group": self.group,
                  **self.extra, **variables}
-        argv = ansible.playbook_argv("playbooks/launch.yml", self.inventory, extra_vars=[json.dumps(evars)])
+        argv = ansible.playbook_argv("playbooks/launch.yml", self.inventory, limit=self.limit,
+                                     extra_vars=[json.dumps(evars)], args=self.args)
         try:
             run = ansible.run_playbook(argv, self.env, timeout=timeout, become_password=self.become_password)
         except ansible.AnsibleError as exc:
@@ -165,7 +169,8 @@ class Output:
 
 def run_job(play: Play, hosts: list[str], script: str, program: list[str], chdir: str | None,
             timeout: float, poll_wait: float, output: Output, say: Callable[[str], None]) -> int:
-    """Start, follow and (on a failure) stop the job -> EXIT_OK or EXIT_FAILED."""
+    """Start, follow and (on a failure) stop the job -> EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE (a node could
+    not be reached and none failed otherwise) or EXIT_INTERRUPTED (timed out, Ctrl-C)."""
     deadline = time.monotonic() + timeout
     step = 120.0 + poll_wait  # bound of one Ansible round trip
     started: list[str] = []
@@ -186,7 +191,8 @@ def run_job(play: Play, hosts: list[str], script: str, program: list[str], chdir
             for host, why in failed.items():
                 say("%s: %s" % (host, why))
             stop(play, started, step, say)
-            return EXIT_FAILED
+            unreachable = all(h in results and results[h].get("unreachable") for h in failed)
+            return EXIT_UNREACHABLE if unreachable else EXIT_FAILED
         offsets = {h: 0 for h in started}
         running = set(started)
         codes: dict[str, int] = {}
@@ -194,7 +200,7 @@ def run_job(play: Play, hosts: list[str], script: str, program: list[str], chdir
             if time.monotonic() > deadline:
                 say("timed out after %d s; stopping %s" % (timeout, ", ".join(sorted(running))))
                 stop(play, sorted(running), step, say)
-                return EXIT_FAILED
+                return EXIT_INTERRUPTED
             wait = max(0.0, min(poll_wait, deadline - time.monotonic()))
             results = play.run("poll", step + wait, launch_offsets=offsets, launch_wait=wait,
                                launch_poll_hosts=sorted(running))
@@ -233,7 +239,7 @@ def run_job(play: Play, hosts: list[str], script: str, program: list[str], chdir
     except KeyboardInterrupt:
         say("interrupted; stopping %s" % ", ".join(started))
         stop(play, started, step, say)
-        return EXIT_FAILED
+        return EXIT_INTERRUPTED
 
 
 def stop(play: Play, hosts: list[str], step: float, say: Callable[[str], None]) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from provision.exits import ExitCode
+
 REASON_PREFIX = "provision: "
 # slurmctld keeps reasons of any length, but sinfo -R shows the first 20 characters by default and
 # `%E`/`-O Reason` shows what fits; one line, and short enough to read whole in `sinfo -R -o '%100E'`
@@ -28,7 +30,7 @@ SCONTROL_TIMEOUT = 20
 
 DRAIN, RESUME, NOTHING = "drain", "resume", "nothing"
 # exit codes of --slurm-drain (docs/slurm.md: Node health check)
-EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
+EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_ERROR = ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE  # provision.exits
 
 
 class SlurmError(Exception):

@@ -9,9 +9,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+from provision.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE  # noqa: F401
+
+SCHEMA = 1  # the version of every --json document that does not carry its own
 
 
 class Terminal:
@@ -40,6 +40,9 @@ class Terminal:
         self.out.print(table)
 
     def emit_json(self, document: Any) -> None:
+        """The one JSON document of --json, on stdout; every document carries its `schema` version."""
+        if isinstance(document, dict) and "schema" not in document:
+            document = {"schema": SCHEMA, **document}
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
         sys.stdout.flush()
 

@@ -19,7 +19,12 @@ from provision import ansible
 
 
 class VerifyError(Exception):
-    """A usage or inventory problem (exit code 2), told in one line."""
+    """A usage or inventory problem (exit code 2), told in one line; `output`: what ansible-playbook printed
+    (shown with -v)."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output
 
 
 def catalog():
@@ -27,7 +32,7 @@ def catalog():
 
 
 def checks() -> dict[str, str]:
-    """--check NAME -> what it covers, in table order (provision verify --list-checks)."""
+    """--only CHECK -> what it covers, in table order (provision verify --list-checks)."""
     return dict(catalog().describe())
 
 
@@ -58,7 +63,8 @@ def baseline_path(inventory: str, given: str | None = None) -> str | None:
 
 def build_command(inventory: str, *, checks: list[str], limit: str | None = None,
                   extra_vars: list[str] | None = None, baseline: str | None = None,
-                  save_baseline: bool = False, full: bool = False) -> tuple[list[str], dict[str, str]]:
+                  save_baseline: bool = False, full: bool = False,
+                  args: list[str] | tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
     """argv and environment for ansible-playbook on playbooks/verify.yml."""
     own_vars = {"verify_fail_on_error": False, "verify_smoke": "smoke" in checks,
                 "verify_select": [n for n in checks if n != "smoke"]}
@@ -68,18 +74,27 @@ def build_command(inventory: str, *, checks: list[str], limit: str | None = None
         own_vars.update(verify_baseline=baseline, verify_save_baseline=save_baseline)
     own = json.dumps(own_vars)
     argv = ansible.playbook_argv("playbooks/verify.yml", inventory, limit=limit,
-                                 extra_vars=[own] + list(extra_vars or []))
+                                 extra_vars=[own] + list(extra_vars or []), args=args)
     return argv, ansible.events_env()
 
 
 def exit_code(document: dict[str, Any]) -> int:
-    return 0 if document.get("ok") else 1
+    """0 all passed; 1 a check failed; 3 the only failures are nodes that could not be reached (provision.exits)."""
+    from provision.exits import ExitCode
+
+    if document.get("ok"):
+        return ExitCode.OK
+    failed = [c for c in document.get("checks") or [] if c.get("status") == "fail"]
+    if failed and all(c.get("check") == "reach" for c in failed):
+        return ExitCode.UNREACHABLE
+    return ExitCode.FAILED
 
 
 def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), limit: str | None = None,
            smoke: bool = False, extra_vars: list[str] | None = None, timeout: float = 300,
            on_event: Callable[[dict[str, Any]], None] | None = None, baseline: str | None = None,
-           save_baseline: bool = False, full: bool = False, become_password: str | None = None) -> dict[str, Any]:
+           save_baseline: bool = False, full: bool = False, become_password: str | None = None,
+           ansible_args: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the checks and return the document; VerifyError for usage/inventory problems,
     TimeoutError when the run passed its limit. become_password: the sudo password of the login user."""
     try:
@@ -91,7 +106,7 @@ def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), l
     if save_baseline and where is None:
         raise VerifyError(f"{inventory} is a host list: give --baseline FILE to keep the baseline in")
     argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars, baseline=where,
-                              save_baseline=save_baseline, full=full)
+                              save_baseline=save_baseline, full=full, args=ansible_args)
     run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True,
                                become_password=become_password)
     if run.timed_out:
@@ -99,12 +114,18 @@ def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), l
     if not isinstance(run.report, dict):
         if run.no_hosts or "no hosts" in run.stderr.lower():
             where = f" matching --limit {limit}" if limit else ""
-            raise VerifyError(f"inventory {inventory} has no host in group cluster{where}")
-        raise VerifyError(f"inventory {inventory}: {ansible.error_line(run.stderr)}")
+            raise VerifyError(f"inventory {inventory} has no host in group cluster{where}", _output(run))
+        raise VerifyError(f"inventory {inventory}: {ansible.error_line(run.stderr)}", _output(run))
     doc = dict(run.report)
     head = {"schema": doc.pop("schema", 1), "ok": doc.pop("ok", False), "inventory": inventory or "",
             "limit": limit, "selected": doc.pop("selected", selected), "duration_s": round(run.duration_s, 2)}
     return {**head, **doc}
+
+
+def _output(run: ansible.Run) -> str:
+    """What ansible-playbook printed besides the callback's JSON lines: its own words when a run breaks."""
+    lines = [ln for ln in run.stdout.splitlines() if not ln.startswith("{")]
+    return "\n".join(lines + run.stderr.splitlines()).strip()
 
 
 # ---------------------------------------------------------------- --local: this node only
@@ -132,7 +153,8 @@ def local_inventory(node: str, address: str | None = None, python: str | None = 
 
 def verify_local(node: str, *, address: str | None = None, checks: tuple[str, ...] | list[str] = (),
                  extra_vars: list[str] | None = None, timeout: float = 60,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 ansible_args: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Check the node this runs on, as NODE (its name in the cluster), with the same playbook, catalog
     and modules as `verify`, over Ansible's local connection: no controller, no inventory of the
     other nodes. Limits are measured through a login session (runuser -l, what pam_limits gives),
@@ -142,14 +164,15 @@ def verify_local(node: str, *, address: str | None = None, checks: tuple[str, ..
     with tempfile.TemporaryDirectory(prefix="provision-local-") as tmp:
         inv = Path(tmp) / "local.yml"
         inv.write_text(local_inventory(node, address))
-        argv, env = build_command(str(inv), checks=selected, extra_vars=[json.dumps(own)] + list(extra_vars or []))
+        argv, env = build_command(str(inv), checks=selected, extra_vars=[json.dumps(own)] + list(extra_vars or []),
+                                  args=ansible_args)
         env.update({"ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_LOCAL_TEMP": str(Path(tmp) / "local"),
                     "ANSIBLE_REMOTE_TEMP": str(Path(tmp) / "remote")})
         run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True)
     if run.timed_out:
         raise TimeoutError(f"the checks did not finish within {timeout:.0f} s (ansible-playbook was stopped)")
     if not isinstance(run.report, dict):
-        raise VerifyError(f"verify --local on {node}: {ansible.error_line(run.stderr)}")
+        raise VerifyError(f"verify --local on {node}: {ansible.error_line(run.stderr)}", _output(run))
     doc = dict(run.report)
     head = {"schema": doc.pop("schema", 1), "ok": doc.pop("ok", False), "inventory": "local", "limit": None,
             "selected": doc.pop("selected", selected), "duration_s": round(run.duration_s, 2), "local": node}

@@ -12,7 +12,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from provision import bootstrap as core
-from provision.terminal import EXIT_FAILED, EXIT_OK, Terminal
+from provision.commands._options import connect_timeout_option, deprecated, forks_option, inventory_option, limit_option, user_option
+from provision.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from provision.terminal import Terminal
 
 
 class _View:
@@ -132,9 +134,9 @@ def _ssh_vars(targets: list[core.Target], known_hosts: Path, inv_dir: Path | Non
 
 
 @click.command("bootstrap")
-@click.option("-i", "--inventory", required=True, help="Ansible inventory (file, directory or plugin config).")
-@click.option("-l", "--limit", default=None, help="Only these hosts (an Ansible host pattern).")
-@click.option("-u", "--user", default=None, help="Remote user (default: ansible_user, else root).")
+@inventory_option
+@limit_option
+@user_option
 @click.option("-k", "--ask-pass", is_flag=True, help="Ask for the SSH password on the terminal.")
 @click.option("--password-file", type=click.Path(dir_okay=False), default=None,
               help="Read the SSH password from the first line of FILE (mode 0600).")
@@ -148,14 +150,15 @@ def _ssh_vars(targets: list[core.Target], known_hosts: Path, inv_dir: Path | Non
               help="Controller private key whose .pub to install [default: ~/.ssh/id_ed25519, made if missing].")
 @click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
               help="known_hosts to check and record keys in [default: INVENTORY_DIR/.provision/known_hosts].")
-@click.option("-f", "--forks", default=core.DEFAULT_FORKS, show_default=True, type=click.IntRange(1, 256),
-              help="Hosts handled at once.")
-@click.option("-T", "--timeout", default=core.DEFAULT_TIMEOUT, show_default=True, type=click.FloatRange(1, 600),
-              help="Seconds allowed for the TCP connect, the SSH banner, authentication and each remote command.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the results as JSON.")
-def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool, password_file: str | None,
+@forks_option(core.DEFAULT_FORKS)
+@connect_timeout_option(core.DEFAULT_TIMEOUT)
+@click.option("--timeout", "timeout_old", type=click.FloatRange(1, 600), default=None, hidden=True,
+              help="Deprecated spelling of -T/--connect-timeout (--timeout bounds a whole run elsewhere).")
+@click.option("--json", "json_mode", is_flag=True, help="Print the results as one JSON document.")
+def command(inventory: str | None, limit: str | None, user: str | None, ask_pass: bool, password_file: str | None,
             accept_host_keys: bool, replace_host_keys: tuple[str, ...], key_file: str | None,
-            known_hosts: str | None, forks: int, timeout: float, json_mode: bool) -> None:
+            known_hosts: str | None, forks: int, connect_timeout: float, timeout_old: float | None,
+            json_mode: bool) -> None:
     """First contact: record host keys, install this machine's SSH key, check python3.
 
     \b
@@ -167,10 +170,20 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
     group_vars/all/provision_ssh.yml, written when missing). Re-running changes nothing.
 
     \b
-    Exit status: 0 all hosts done, 1 some host failed (one line each), 2 usage or inventory error.
+    -T/--connect-timeout bounds the TCP connect, the SSH banner, authentication and each remote command.
+
+    \b
+    Exit status: 0 all hosts done, 1 some host failed (one line each), 2 usage or inventory error,
+    3 the only failures are hosts that could not be reached.
     """
     term = Terminal(json_mode=json_mode)
     t0 = time.monotonic()
+    timeout = connect_timeout
+    if timeout_old is not None:
+        deprecated("bootstrap --timeout", "bootstrap -T/--connect-timeout")
+        timeout = min(timeout_old, 600)
+    if not inventory:
+        raise click.UsageError("no inventory: give -i PATH (e.g. -i inventory/prod/) or set PROVISION_INVENTORY")
     try:
         _check_password_options(ask_pass, password_file)
         if password_file:
@@ -238,4 +251,16 @@ def command(inventory: str, limit: str | None, user: str | None, ask_pass: bool,
                   f"known_hosts {kh_path}")
         if not failed:
             term.info(f"next: ansible -i {inventory} all -m ping")
-    sys.exit(EXIT_FAILED if failed else EXIT_OK)
+    sys.exit(exit_code(results))
+
+
+def exit_code(results: list[core.HostResult]) -> int:
+    """0 every host done; 3 the failures are all hosts that could not be reached; 1 otherwise."""
+    failed = [r for r in results if not r.ok]
+    if not failed:
+        return EXIT_OK
+    return EXIT_UNREACHABLE if all(r.cause.startswith(UNREACHABLE) for r in failed) else EXIT_FAILED
+
+
+# the causes (provision.bootstrap) of a host that was never reached: no TCP connection, no SSH banner
+UNREACHABLE = ("connection refused", "cannot resolve", "timeout: no answer", "cannot reach", "timeout: no SSH banner")

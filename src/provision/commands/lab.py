@@ -6,7 +6,9 @@ import click
 
 from provision import lab as lab_core
 from provision.app import Application
-from provision.terminal import EXIT_USAGE, Terminal, make_table
+from provision.commands._options import deprecated
+from provision.exits import EXIT_USAGE
+from provision.terminal import Terminal, make_table
 
 
 class UsageError(click.UsageError):
@@ -43,7 +45,9 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
               help="Lab name (several labs can coexist).")
 @click.option("--image", "flavour", default=None, type=click.Choice(sorted(lab_core.FLAVOURS)),
               help="Node image flavour: full (default; gcc, pdsh, venv, iproute2 in the image), minimal "
-                   "(no iproute2), bare (what --bare gives).")
+                   "(no iproute2), bare (only what a fresh minimal server image has: python3, apt, and "
+                   "openssh-server with --init systemd; no gcc, pdsh, python3-venv, iperf3, iproute2; the mirror "
+                   "is always on).")
 @click.option("--os", "releases", default=lab_core.SUITE, show_default=True, metavar="RELEASE[,RELEASE...]",
               envvar="PROVISION_LAB_OS",
               help=f"Debian release of every node, or one per node ({', '.join(lab_core.RELEASES)}), "
@@ -52,11 +56,10 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
               envvar="PROVISION_LAB_INIT",
               help="none: catatonit is PID 1 and sshd is not running (a container); systemd: systemd is "
                    "PID 1 and runs openssh-server on port 22 (a VM).")
-@click.option("--bare", is_flag=True, envvar="PROVISION_LAB_BARE",
-              help="Only what a fresh minimal server image has: python3, apt (and openssh-server with "
-                   "--init systemd); no gcc, pdsh, python3-venv, iperf3, iproute2.")
+@click.option("--bare", is_flag=True, envvar="PROVISION_LAB_BARE", hidden=True,
+              help="Deprecated spelling of --image bare.")
 @click.option("--mirror", is_flag=True, envvar="PROVISION_LAB_MIRROR",
-              help="Serve a package mirror in the lab (always on with --bare): the .debs the roles may "
+              help="Serve a package mirror in the lab (always on with --image bare): the .debs the roles may "
                    "install, fetched once per release into ~/.cache/provision/mirror; the inventory "
                    "gives its URL as cluster_package_mirror.")
 @click.option("--slurm", is_flag=True, envvar="PROVISION_LAB_SLURM",
@@ -106,6 +109,8 @@ def lab_up(ctx: click.Context, nodes: int, name: str, flavour: str | None, relea
         return
     if bare and flavour not in (None, "bare"):
         raise UsageError(f"--bare and --image {flavour} contradict each other; give one of them")
+    if bare and ctx.get_parameter_source("bare") == click.core.ParameterSource.COMMANDLINE:
+        deprecated("lab up --bare", "lab up --image bare")
     password = None
     if root_password_file:
         password = open(root_password_file, encoding="utf-8").read().strip()
@@ -161,7 +166,7 @@ def lab_down(name: str) -> None:
 
 @command.command("save")
 @click.argument("snapshot")
-@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME")
+@click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME", callback=_lab_name)
 def lab_save(snapshot: str, name: str) -> None:
     """Save the lab's running nodes as SNAPSHOT (podman commit); `lab up --from SNAPSHOT` brings them back."""
     from provision.lab import snapshot as snapshot_mod
@@ -202,9 +207,9 @@ def lab_forget(snapshot: str) -> None:
 
 
 @command.command("fault")
-@click.argument("target", nargs=-1, required=True, metavar="[LAB] NODE")
+@click.argument("target", nargs=-1, required=True, metavar="NODE")
 @click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME", callback=_lab_name,
-              help="The lab, when not given before NODE.")
+              help="The lab.")
 @click.option("--rate", default=None, metavar="RATE", help="Limit the node's cluster link, e.g. 100mbit (tc tbf).")
 @click.option("--delay", default=None, metavar="TIME", help="Delay each packet on the cluster link, e.g. 5ms.")
 @click.option("--loss", default=None, metavar="PCT", help="Drop this share of the cluster link's packets, e.g. 1%.")
@@ -216,11 +221,13 @@ def lab_forget(snapshot: str) -> None:
               help="Which traffic --rate/--delay/--loss apply to: what the node sends (out), receives (in), or both.")
 def lab_fault(target: tuple[str, ...], name: str, rate: str | None, delay: str | None, loss: str | None,
               mtu: int | None, freeze: bool, thaw: bool, clear: bool, direction: str) -> None:
-    """Degrade one node from the controller (the node is not told): `provision lab fault LAB node2 --rate 100mbit`."""
+    """Degrade one node from the controller (the node is not told): `provision lab fault node2 --name LAB --rate 100mbit`."""
     term = Application()
     if len(target) > 2:
-        raise UsageError("give the node, optionally after the lab: provision lab fault [LAB] NODE --rate 100mbit")
+        raise UsageError("give one node: provision lab fault NODE --name LAB --rate 100mbit")
     lab, node = (target[0], target[1]) if len(target) == 2 else (name, target[0])
+    if len(target) == 2:  # the older spelling `lab fault LAB NODE`
+        deprecated("lab fault LAB NODE", "lab fault NODE --name LAB")
     _lab_name(click.get_current_context(), None, lab)
     if freeze and thaw:
         raise UsageError("--freeze and --thaw contradict each other; give one of them")

@@ -1,8 +1,8 @@
 """`provision launch`: start a training job on every node with the launchers role's files.
 
 The command layer: options, usage errors (exit 2) and printing; the work is provision.launch's
-(start, poll and stop plays of playbooks/launch.yml). Exit status: 0 the job succeeded everywhere,
-1 it failed (or timed out), 2 usage/inventory error.
+(start, poll and stop plays of playbooks/launch.yml). Exit status (provision.exits): 0 the job succeeded
+everywhere, 1 it failed, 2 usage/inventory error, 3 a node unreachable, the job timed out or was interrupted.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import click
 
 from provision import ansible
 from provision import launch as core
-from provision.commands._options import become_options
+from provision.commands._options import ansible_args, ansible_options
+from provision.exits import EXIT_OK, EXIT_USAGE
 from provision.launch import LAUNCHERS, LaunchFailure, Play
-from provision.terminal import EXIT_FAILED, EXIT_USAGE
 
 __all__ = ["LAUNCHERS", "LaunchFailure", "Play", "Printer", "command"]
 
@@ -37,30 +37,28 @@ def _say(message: str) -> None:
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True})
-@click.option("-i", "--inventory", default=None, help="Inventory (as for ansible-playbook); default: ansible.cfg's.")
+@ansible_options
 @click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun", show_default=True,
               help="torchrun = c10d rendezvous on every node; deepspeed/mpirun/horovodrun/colossalai start on "
                    "the master and reach the others themselves.")
 @click.option("--group", default="cluster", show_default=True, help="Inventory group of the nodes (cluster_group).")
-@click.option("--timeout", type=float, default=3600, show_default=True,
-              help="Seconds the whole job may take; then every node is stopped and the exit status is 1.")
+@click.option("--timeout", type=float, default=3600, show_default=True, metavar="SECONDS",
+              help="Seconds the whole job may take; then every node is stopped and the exit status is 3.")
 @click.option("--poll-wait", type=float, default=2.0, show_default=True,
               help="Seconds each poll waits on the nodes for new output.")
 @click.option("--chdir", default=None, help="Working directory of the job on the nodes.")
-@click.option("-e", "--extra-vars", "extra_vars", multiple=True,
-              help="KEY=VALUE passed to Ansible (e.g. launchers_dir=/data/launch).")
-@become_options
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
-def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, program, ask_become_pass,
-            become_password_file):
+def command(inventory, limit, extra_vars, forks, user, connect_timeout, verbose, ask_become_pass, become_password_file,
+            launcher, group, timeout, poll_wait, chdir, program):
     """Start PROGRAM (script.py args...) on all nodes with the rendered launcher; stream the output.
 
     \b
     provision launch -i inventory/lab/ -- train.py --epochs 1
     provision launch -i hosts.nodelist.yml --launcher deepspeed -- train.py --deepspeed ds.json
 
-    Needs the launchers stage first (ansible-playbook site.yml --tags launchers). Exit status:
-    0 success on every node, 1 the job failed or timed out, 2 usage or inventory error.
+    Needs the launchers stage first (ansible-playbook site.yml --tags launchers). -e takes KEY=VALUE
+    (e.g. launchers_dir=/data/launch). Exit status: 0 success on every node, 1 the job failed, 2 usage
+    or inventory error, 3 a node unreachable, the job timed out or was interrupted.
     """
     if timeout <= 0 or poll_wait < 0:
         _usage("--timeout must be > 0 and --poll-wait >= 0")
@@ -72,15 +70,16 @@ def command(inventory, launcher, group, timeout, poll_wait, chdir, extra_vars, p
     env = ansible.environment(core.ENVIRONMENT)
     try:
         password = ansible.become_password(ask_become_pass, become_password_file)
-        hosts = core.read_inventory(inventory, group)
+        hosts = core.read_inventory(ansible.resolve_inventory(inventory), group, limit)
     except ansible.AnsibleError as exc:
         _usage(str(exc))
     except LaunchFailure as exc:
         _usage(str(exc))
-    play = Play(inventory, group, core.new_run_id(), env, extra={"launch_on": where, **extra}, become_password=password)
+    play = Play(inventory, group, core.new_run_id(), env, extra={"launch_on": where, **extra}, become_password=password,
+                limit=limit, args=ansible_args(forks, user, verbose, connect_timeout))
     printer = Printer(hosts)
     code = core.run_job(play, hosts, script, list(program), chdir, timeout, poll_wait, printer, _say)
-    if code == EXIT_FAILED:
+    if code != EXIT_OK:
         _diagnose_output(printer.scanners)
     sys.exit(code)
 

@@ -17,7 +17,7 @@ from provision import ansible, export
 from provision import verify as core
 from provision import views
 from provision.app import Application
-from provision.commands._options import become_options
+from provision.commands._options import ansible_args, ansible_options, deprecated
 from provision.terminal import Terminal, make_table
 
 
@@ -177,25 +177,24 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 
 
 @click.command("verify")
-@click.option("-i", "--inventory", envvar="PROVISION_INVENTORY", metavar="PATH",
-              help="Ansible inventory (file, directory or host list), e.g. inventory/lab/.")
-@click.option("--check", "checks", multiple=True, metavar="NAME",
+@ansible_options
+@click.option("--only", "checks", multiple=True, metavar="CHECK",
               help="Run only this check (repeatable); --list-checks names them.")
-@click.option("-l", "--limit", metavar="PATTERN", help="Only these hosts, as ansible-playbook --limit.")
+@click.option("--check", "checks_old", multiple=True, metavar="CHECK", hidden=True,
+              help="Deprecated spelling of --only (in ansible-playbook and `provision site`, --check is the dry run).")
 @click.option("--smoke", is_flag=True, help="Also run the all-reduce smoke test across the nodes.")
 @click.option("--full", is_flag=True,
               help="SSH, pdsh and the NCCL TCP probe from every node to every node (N x N; default: a ring, and "
                    "every pair's keys compared in the files; inventory variable verify_matrix: full does the same).")
-@click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="VARS",
-              help="Extra variables for the checks (as ansible-playbook -e), e.g. gcc_toolchain_min_version=11.")
 @click.option("--save-baseline", is_flag=True,
               help="With --smoke (implied): keep this run's all-reduce figures as the cluster's baseline, which later "
                    "--smoke runs are compared with (busbw within -e verify_baseline_tolerance, default 0.10; each "
                    "link within verify_baseline_link_tolerance, default 0.25).")
 @click.option("--baseline", "baseline", metavar="FILE", default=None,
               help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
-@click.option("--timeout", default=None, type=float,
-              help="Give up after this many seconds [default: 300; 45 with --local: slurmd kills its HealthCheckProgram at 60 s].")
+@click.option("--timeout", default=None, type=click.FloatRange(1), metavar="SECONDS",
+              help="Stop the whole run after this many seconds (exit 3) [default: 300; 45 with --local: slurmd kills "
+                   "its HealthCheckProgram at 60 s].")
 @click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (docs/verify.md: --json).")
 @click.option("--list-checks", is_flag=True, help="List the checks and exit (with --json: one JSON document on stdout).")
 @click.option("--local", is_flag=True,
@@ -205,7 +204,6 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
               help="With --local (implied): SLURM's health check. Drain this node when a check fails (reason "
                    "'provision: <check>: <cause>'), resume it when all pass and the drain was ours (docs/slurm.md).")
 @click.option("--node-name", metavar="NAME", help="This node's name [default: $SLURMD_NODENAME, else the short hostname].")
-@become_options
 @click.option("--grid/--no-grid", "grid", default=None,
               help="The check x node grid: --grid always (in slices of nodes that fit the terminal), --no-grid never "
                    "[default: when it fits]. The per-node view is always shown.")
@@ -215,20 +213,25 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 @click.option("--prometheus", "prometheus", metavar="FILE",
               help="Also write the Prometheus text format for node_exporter's textfile collector (atomically; "
                    "docs/report.md).")
-def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, smoke: bool, full: bool,
-            extra_vars: tuple[str, ...], save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
+def command(inventory: str | None, limit: str | None, extra_vars: tuple[str, ...], forks: int | None,
+            user: str | None, connect_timeout: float | None, verbose: int, ask_become_pass: bool,
+            become_password_file: str | None, checks: tuple[str, ...], checks_old: tuple[str, ...], smoke: bool,
+            full: bool, save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
             list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None, grid: bool | None, brief: bool,
-            junit: str | None, prometheus: str | None, ask_become_pass: bool,
-            become_password_file: str | None) -> None:
-    """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error.
+            junit: str | None, prometheus: str | None) -> None:
+    """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error, 3 unreachable
+    nodes only, timed out or interrupted.
 
     \b
     provision verify -i inventory/lab/
-    provision verify -i inventory/lab/ --check mesh --check env --limit node1,node2
+    provision verify -i inventory/lab/ --only mesh --only env --limit node1,node2
     provision verify -i hosts.ini --smoke --json > verify.json
     provision verify --local --slurm-drain       # as slurmd's HealthCheckProgram (docs/slurm.md)
     """
     app = term = Application(json_mode=json_mode)
+    if checks_old:
+        deprecated("verify --check", "verify --only")
+        checks = tuple(checks) + tuple(checks_old)
     if list_checks:
         if json_mode:  # on stdout, as every --json document
             app.emit_json(core.check_list())
@@ -242,20 +245,36 @@ def command(inventory: str | None, checks: tuple[str, ...], limit: str | None, s
         app.usage("--brief and --json: choose one (--brief prints lines for people and logs, --json one document)")
     outputs = Outputs(app, junit, prometheus)
     show = Show(grid, brief)
+    extra_args = ansible_args(forks, user, verbose, connect_timeout)
     if local or slurm_drain:
         if inventory or limit or smoke or save_baseline:
             app.usage("--local checks this node only: no --inventory, --limit, --smoke or --save-baseline")
-        _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name, outputs, show)
+        _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name, outputs, show, extra_args,
+               verbose)
     timeout = timeout or 300
     with app.guard():
         password = ansible.become_password(ask_become_pass, become_password_file)
-    with app.guard(), outputs.on_error(), Progress(term) as progress:  # on stderr: stdout stays one JSON document
+    with app.guard(), shown_when_broken(app, verbose), outputs.on_error(), Progress(term) as progress:
+        # on stderr: stdout stays one JSON document
         doc = core.verify(inventory, checks=checks, limit=limit, smoke=smoke, full=full,
                           extra_vars=list(extra_vars), timeout=timeout, on_event=progress, baseline=baseline,
-                          save_baseline=save_baseline, become_password=password)
+                          save_baseline=save_baseline, become_password=password, ansible_args=extra_args)
     outputs.write(doc)
     show(app, doc)
-    app.done(doc["ok"])
+    app.exit(core.exit_code(doc))
+
+
+@contextlib.contextmanager
+def shown_when_broken(app: Application, verbose: int):
+    """With -v: when the run breaks (no document), what ansible-playbook printed, on stderr."""
+    try:
+        yield
+    except core.VerifyError as exc:
+        if verbose and exc.output:
+            app.err.rule("ansible-playbook's output")
+            app.err.print(exc.output, markup=False, highlight=False, soft_wrap=True)
+            app.err.rule()
+        raise
 
 
 class Show:
@@ -336,7 +355,7 @@ def journal_priorities() -> bool:
 
 
 def _local(app: Application, checks: tuple[str, ...], extra_vars: list[str], timeout: float, drain: bool,
-           node_name: str | None, outputs: Outputs, show: Show) -> None:
+           node_name: str | None, outputs: Outputs, show: Show, extra_args: list[str] = (), verbose: int = 0) -> None:
     """--local: this node's checks; --slurm-drain: and drain/resume it (provision.slurm_health)."""
     from provision import slurm_health
 
@@ -350,20 +369,21 @@ def _local(app: Application, checks: tuple[str, ...], extra_vars: list[str], tim
                       code=slurm_health.EXIT_ERROR)
 
     if not drain:
-        with app.guard(), outputs.on_error():
+        with app.guard(), shown_when_broken(app, verbose), outputs.on_error():
             doc = core.verify_local(slurm_health.node_name(node_name), checks=checks, extra_vars=extra_vars,
-                                    timeout=timeout)
+                                    timeout=timeout, ansible_args=extra_args)
         outputs.write(doc)
         show(app, doc)
-        app.done(doc["ok"])
+        app.exit(core.exit_code(doc))
     slurm_health.health_environment()
     # slurmd stops its health check with SIGTERM at 60 s: exit through Python so that the playbook
     # run is stopped with us (provision.ansible.run_playbook), not left behind
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        with app.guard(), outputs.on_error():
+        with app.guard(), shown_when_broken(app, verbose), outputs.on_error():
             out = slurm_health.run(lambda node, addr: core.verify_local(node, address=addr, checks=checks,
-                                                                        extra_vars=extra_vars, timeout=timeout),
+                                                                        extra_vars=extra_vars, timeout=timeout,
+                                                                        ansible_args=extra_args),
                                    node_name)
     except slurm_health.SlurmError as exc:
         app.abort(f"verify --slurm-drain: {exc}", code=slurm_health.EXIT_ERROR)

@@ -12,7 +12,7 @@ from provision.verify import VerifyError
 
 
 @pytest.mark.parametrize("error, code", [(VerifyError("no inventory"), 2), (AnsibleError("inventory x: bad"), 2),
-                                         (LabError("podman failed"), 1), (TimeoutError("took too long"), 1)])
+                                         (LabError("podman failed"), 1), (TimeoutError("took too long"), 3)])
 def test_guard_turns_the_cores_errors_into_one_line_and_their_exit_code(error, code, capsys):
     app = Application()
     with pytest.raises(SystemExit) as ended:

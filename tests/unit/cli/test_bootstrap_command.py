@@ -94,7 +94,7 @@ def test_unreachable_hosts_one_line_each(tmp_path):
     pw = password_file(tmp_path)
     try:
         proc, seconds = run_bootstrap(tmp_path, "-i", str(inv), "--password-file", str(pw),
-                                      "--accept-host-keys", "--timeout", "2")
+                                      "--accept-host-keys", "-T", "2")
     finally:
         # wake and end the accept() first: a thread still in it when the socket's number is reused
         # would accept on the next test's listener
@@ -106,7 +106,7 @@ def test_unreachable_hosts_one_line_each(tmp_path):
         listener.close()
         for conn, _addr in accepted:
             conn.close()
-    assert proc.returncode == 1, proc
+    assert proc.returncode == 3, proc  # refused, silent, its alias: none reached
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
     assert len(failed) == 3, proc
     assert failed[0].startswith(f"FAILED refused (root@127.0.0.1:{port}): connection refused on 127.0.0.1:{port}; "
@@ -136,7 +136,7 @@ def test_no_ssh_hosts_is_a_usage_error(tmp_path):
 def test_help_lists_the_options(tmp_path):
     proc, _ = run_bootstrap(tmp_path, "--help")
     assert proc.returncode == 0
-    for opt in ("--ask-pass", "--password-file", "--accept-host-keys", "--known-hosts", "--forks", "--timeout"):
+    for opt in ("--ask-pass", "--password-file", "--accept-host-keys", "--known-hosts", "--forks", "--connect-timeout"):
         assert opt in proc.stdout
 
 
@@ -151,7 +151,7 @@ def test_an_inventory_that_already_checks_host_keys_gets_no_group_vars(tmp_path)
         f"[cluster]\nh1 ansible_host=127.0.0.1 ansible_port={closed_port()} ansible_user=root\n\n[cluster:vars]\n"
         f"ansible_ssh_common_args='-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes'\n")
     proc, _ = run_bootstrap(tmp_path, "-i", str(inv / "hosts.ini"), "--known-hosts", str(known),
-                            "--password-file", str(password_file(tmp_path)), "--timeout", "2")
-    assert proc.returncode == 1, proc   # nothing listens: the host fails, the inventory is left alone
+                            "--password-file", str(password_file(tmp_path)), "--connect-timeout", "2")
+    assert proc.returncode == 3, proc   # nothing listens: the host is unreachable, the inventory is left alone
     assert not (inv / "group_vars").exists()
     assert "wrote" not in proc.stdout + proc.stderr

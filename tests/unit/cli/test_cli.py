@@ -44,7 +44,7 @@ def test_lab_status_json_when_down(monkeypatch):
     result = CliRunner().invoke(cli, ["lab", "status", "--name", "nothing", "--json"])
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
-    assert doc == {"lab": "nothing", "networks": [], "nodes": [], "up": False}
+    assert doc == {"schema": 1, "lab": "nothing", "networks": [], "nodes": [], "up": False}
 
 
 def test_image_tag_changes_with_the_recipe(monkeypatch):
@@ -85,14 +85,24 @@ def test_bare_and_another_image_contradict():
 
 
 def test_site_passes_the_become_password_options_to_ansible_playbook(monkeypatch, tmp_path):
-    """`provision site -K` is ansible-playbook -K: it asks for the sudo password itself (not echoed)."""
+    """`provision site -K` is ansible-playbook -K: it asks for the sudo password itself (not echoed); a
+    --become-password-file is checked (yours, 0600) and handed on."""
     from click.testing import CliRunner
 
     from provision.cli import cli
     from provision.commands import site
 
     seen = {}
-    monkeypatch.setattr(site.os, "execve", lambda path, argv, env: seen.update(argv=argv))
-    result = CliRunner().invoke(cli, ["site", "-i", str(tmp_path), "-K", "--become-password-file", "/x/pw"])
+    monkeypatch.setattr(site, "run", lambda argv, env, timeout: seen.update(argv=argv) or 0)
+    result = CliRunner().invoke(cli, ["site", "-i", str(tmp_path), "-K"])
     assert result.exit_code == 0, result.output
-    assert seen["argv"][-3:] == ["-K", "--become-password-file", "/x/pw"]
+    assert seen["argv"][-1:] == ["--ask-become-pass"]
+    pw = tmp_path / "pw"
+    pw.write_text("secret\n")
+    pw.chmod(0o600)
+    result = CliRunner().invoke(cli, ["site", "-i", str(tmp_path), "--become-password-file", str(pw), "-f", "3"])
+    assert result.exit_code == 0, result.output
+    assert seen["argv"][-2:] == ["--become-password-file", str(pw)] and "--forks" in seen["argv"]
+    pw.chmod(0o644)
+    result = CliRunner().invoke(cli, ["site", "-i", str(tmp_path), "--become-password-file", str(pw)])
+    assert result.exit_code == 2 and "chmod 600" in result.output

@@ -258,7 +258,7 @@ def test_verify_that_times_out_still_writes_a_not_ok_record(monkeypatch, tmp_pat
     prom.write_text(export.prometheus_text(recorded("healthy-2nodes.json") | {"duration_s": 1}))
     result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--timeout", "3", "--prometheus", str(prom),
                                       "--junit", str(junit)])
-    assert result.exit_code == 1 and "did not finish within 3 s" in result.stderr
+    assert result.exit_code == 3 and "did not finish within 3 s" in result.stderr
     fams = parse_exposition(prom.read_text())
     assert "provision_check_status" not in fams and fams["provision_verify_ok"]["samples"][()] == 0
     assert ET.parse(junit).getroot().find(".//error").get("message").startswith("verify did not finish")

@@ -80,11 +80,11 @@ def test_a_failure_stops_the_others_and_exits_1(tmp_path):
     assert out.stdout.strip() == ""
 
 
-def test_timeout_stops_everything_and_exits_1(tmp_path):
+def test_timeout_stops_everything_and_exits_3(tmp_path):
     inv = _cluster(tmp_path, {"n1": "sleep 100\n", "n2": "sleep 100\n"})
     started = time.monotonic()
     proc = _launch(inv, "--timeout", "3", "--poll-wait", "1", "--", "x")
-    assert proc.returncode == 1 and "timed out after 3 s" in proc.stderr, proc.stderr
+    assert proc.returncode == 3 and "timed out after 3 s" in proc.stderr, proc.stderr
     assert time.monotonic() - started < 60
 
 
@@ -97,7 +97,7 @@ def test_missing_launch_script_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["-i", "/nonexistent/inventory", "--", "x"], "No inventory was parsed"),
+    (["-i", "/nonexistent/inventory", "--", "x"], "inventory /nonexistent/inventory does not exist"),
     (["--group", "nope", "--", "x"], "group 'nope' has no host"),
     (["-e", "novalue", "--", "x"], "-e wants KEY=VALUE"),
     (["--timeout", "0", "--", "x"], "--timeout must be > 0"),

@@ -140,7 +140,7 @@ def test_recorded_healthy_lab_has_every_check_on_every_node():
 @pytest.mark.parametrize("args, message", [
     (["verify"], "no inventory"),
     (["verify", "-i", "/nonexistent/inventory"], "does not exist"),
-    (["verify", "-i", ".", "--check", "bogus"], "unknown check bogus"),
+    (["verify", "-i", ".", "--only", "bogus"], "unknown check bogus"),
 ])
 def test_cli_usage_errors_exit_2_with_one_line(args, message):
     result = CliRunner().invoke(cli, args)
@@ -169,12 +169,12 @@ def test_cli_no_host_matched_exits_2(monkeypatch, tmp_path):
     assert "no host in group cluster matching --limit nodeX" in result.stderr
 
 
-def test_cli_timeout_exits_1(monkeypatch, tmp_path):
+def test_cli_timeout_exits_3(monkeypatch, tmp_path):
     def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
         return ansible.Run(rc=-15, stdout="", stderr="", duration_s=timeout, timed_out=True)
     monkeypatch.setattr(ansible, "run_playbook", run)
     result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--timeout", "3"])
-    assert result.exit_code == 1 and "did not finish within 3 s" in result.stderr
+    assert result.exit_code == 3 and "did not finish within 3 s" in result.stderr
 
 
 def test_cli_list_checks_is_the_catalog():
