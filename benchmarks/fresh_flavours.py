@@ -23,7 +23,7 @@ from site_rerun import BIN, RECAP, env_for, run  # noqa: E402
 
 FLAVOURS = {
     "default": [],
-    "bare-systemd": ["--init", "systemd", "--bare"],
+    "bare-systemd": ["--init", "systemd", "--image", "bare"],
 }
 
 

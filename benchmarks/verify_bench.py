@@ -44,7 +44,7 @@ def playbook(path: str, lab: str, inventory: str) -> tuple[float, int]:
 def verify_once(env: dict[str, str], inventory: str, checks: list[str]) -> tuple[float, dict]:
     argv = [str(BIN / "provision"), "verify", "-i", inventory, "--json"]
     for name in checks:
-        argv += ["--check", name]
+        argv += ["--only", name]
     secs, proc = run(argv, env, timeout=600)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"provision verify failed (rc={proc.returncode}): {proc.stderr.strip()[-2000:]}")
@@ -61,7 +61,7 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true", help="use a lab that is already up and converged")
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
     ap.add_argument("--check", action="append", default=[], metavar="NAME",
-                    help="only these checks (as provision verify --check), to compare like with like")
+                    help="only these checks (as provision verify --only), to compare like with like")
     ap.add_argument("--inventory", default=str(REPO / "inventory/lab"),
                     help="inventory to verify (default the lab inventory)")
     args = ap.parse_args()

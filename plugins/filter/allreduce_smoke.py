@@ -142,7 +142,7 @@ def allreduce_smoke_isolated(result, rounds, nodes, reachable, timeout):
     for bad in verdict["bad"]:
         failures.append({"check": "bad_node", "status": "fail", "detail": bad["detail"],
                          "fix": "check %s: its cluster link (ethtool/ip -s link: speed, errors, MTU, a qdisc), the "
-                                "fabric and GPU health checks (provision verify --check fabric --check gpu_health --limit %s);"
+                                "fabric and GPU health checks (provision verify --only fabric --only gpu_health --limit %s);"
                                 " leave it out meanwhile: --limit '!%s'" % (bad["node"], bad["node"], bad["node"])})
     outcome_rounds = []
     for rnd in rounds:

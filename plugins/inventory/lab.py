@@ -23,7 +23,7 @@ description:
     C(lab_init) (C(none) for no init system and sshd not running, C(systemd) for systemd as
     PID 1 running sshd on port 22), C(lab_flavour) (full, minimal or bare) and C(lab_bare)
     (true for bare nodes, which have python3 and apt only, plus openssh-server on systemd nodes).
-  - When the lab serves a package mirror (C(provision lab up --bare) or C(--mirror)), every host
+  - When the lab serves a package mirror (C(provision lab up --image bare) or C(--mirror)), every host
     has C(cluster_package_mirror), its base URL (C(http://10.89.K.2:8080)), and
     C(cluster_package_mirror_insecure) true (unsigned, on the lab's own internal network), and
     C(cluster_package_mirror_layout) C(flat), meaning one flat repository per release at

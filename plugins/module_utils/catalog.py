@@ -135,7 +135,7 @@ class Spec:
                              node=node)]
         if not found and result.get("failed"):
             return [C.failed(self.title, result.get("msg") or result.get("module_stderr") or "the check failed",
-                             "see `provision verify --check %s -v`" % self.group, node=node)]
+                             "see `provision verify --only %s -v`" % self.group, node=node)]
         out = []
         for c in found:
             c = C.check(c.get("check") or self.title, c.get("status"), c.get("detail"), c.get("fix"), node=node,

@@ -193,7 +193,7 @@ _FIX_HANG = ("find the rank that stopped first: every rank's log before the time
              "where it waits; `provision verify --smoke` checks that a collective completes on every node")
 _FIX_NAMES = ("make every node's name resolve on every node (/etc/hosts entries, as the ssh_mesh role writes them, "
               "or DNS; check `getent hosts NAME` on each node) or give MASTER_ADDR and the hostfile as IP addresses; "
-              "`provision verify --check nccl` checks that the node names resolve to their nodes")
+              "`provision verify --only nccl` checks that the node names resolve to their nodes")
 _MASTER = {"master": r"MASTER_ADDR[=:] ?['\"]?(?P<v>[\w.-]{1,255})|--master[_-]addr[= ]['\"]?(?P<v2>[\w.-]{1,255})"}
 _NAME_HIDES = ("ssh_failed", "mpi_daemons", "rendezvous_timeout", "rendezvous_connection", "peer_unreachable")
 
@@ -276,7 +276,7 @@ CAUSES = [
           "NCCL could not create a socket (`Address family not supported by protocol`): the node (container) has no "
           "usable IP interface",
           "give the container a network interface (docker --net=host, or the pod network) and set NCCL_SOCKET_IFNAME "
-          "to it; `provision verify --check nccl` checks the interface",
+          "to it; `provision verify --only nccl` checks the interface",
           suppresses=("nccl_system_error",), verify="nccl"),
     Cause("no_interface",
           r"Unable to find address for:? ?(?P<ifname>\^[^\s\"',]{1,200})",
@@ -315,7 +315,7 @@ CAUSES = [
           "({expected}): every inter-node collective is many times slower, or times out",
           "give the job the RDMA devices: in containers --device=/dev/infiniband (or --privileged), --cap-add=IPC_LOCK, "
           "--ulimit memlock=-1, and rdma-core/libibverbs with the HCA's provider (libmlx5) in the image; NCCL_IB_HCA must "
-          "name an HCA `ibv_devinfo` lists; `provision verify --check fabric` shows the HCAs and their state",
+          "name an HCA `ibv_devinfo` lists; `provision verify --only fabric` shows the HCAs and their state",
           requires=_IB_EXPECTED,
           unless=[r"NCCL_IB_DISABLE set by environment to 1", r"NCCL_NET set by environment to Socket",
                   r"NET/IB : Using \[\d"],
@@ -1309,7 +1309,7 @@ _SYS_FIXES = [
      "(--gpus all / the NVIDIA runtime); `provision verify -l NODE --check gpu` checks driver and toolkit"),
     (re.compile(r"socket|connect|bind|[Aa]ddress|Net|Bootstrap|getaddrinfo|poll", re.I),
      "a socket call failed (the WARN names it): the same NCCL_SOCKET_IFNAME on every node, holding the cluster "
-     "address, and the nodes reaching each other on it; `provision verify --check nccl` checks both"),
+     "address, and the nodes reaching each other on it; `provision verify --only nccl` checks both"),
 ]
 _SYS_FIX_DEFAULT = ("read the NCCL WARN line: it names the call that failed; rerun with NCCL_DEBUG=INFO "
                     "NCCL_DEBUG_SUBSYS=INIT,NET for the lines around it")

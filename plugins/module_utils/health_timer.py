@@ -55,7 +55,7 @@ def command(provision, node, textfile, checks=(), extra_vars=None, timeout=120):
     argv = [provision, "verify", "--local", "--brief", "--node-name", str(node), "--timeout", str(int(timeout)),
             "--prometheus", textfile]
     for name in checks or []:
-        argv += ["--check", str(name)]
+        argv += ["--only", str(name)]
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars, sort_keys=True, separators=(",", ":"))]
     return argv

@@ -79,13 +79,16 @@ def build_command(inventory: str, *, checks: list[str], limit: str | None = None
 
 
 def exit_code(document: dict[str, Any]) -> int:
-    """0 all passed; 1 a check failed; 3 the only failures are nodes that could not be reached (provision.exits)."""
+    """0 all passed; 1 a check failed (a node that does not answer among nodes that do is a failed check: the
+    run checked the others); 3 no node answered, so nothing was checked (provision.exits)."""
     from provision.exits import ExitCode
 
     if document.get("ok"):
         return ExitCode.OK
     failed = [c for c in document.get("checks") or [] if c.get("status") == "fail"]
-    if failed and all(c.get("check") == "reach" for c in failed):
+    names = {n.get("name") for n in document.get("nodes") or []}
+    down = {c.get("node") for c in failed if c.get("check") == "reach"}
+    if failed and names and names <= down and all(c.get("check") == "reach" for c in failed):
         return ExitCode.UNREACHABLE
     return ExitCode.FAILED
 

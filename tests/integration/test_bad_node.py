@@ -88,13 +88,13 @@ def test_a_link_limited_to_a_tenth_is_named_by_pairs_and_against_the_baseline(la
 def test_a_changed_mtu_fails_naming_the_node_and_the_value(lab):
     lab_cmd("fault", "node2", "--mtu", "1400", lab_name=lab.name)
     try:
-        rc, doc, took = verify(lab, "--check", "consistency")
+        rc, doc, took = verify(lab, "--only", "consistency")
     finally:
         lab_cmd("fault", "node2", "--clear", lab_name=lab.name)
     assert rc == 1 and bounds.well_before(took, bounds.VERIFY)
     (c,) = [c for c in failures(doc) if c["check"] == "consistency"]
     assert c["node"] == "node2" and c["detail"].startswith("MTU of the NCCL interface 1400 while 3 other node(s) have")
-    rc, doc, _ = verify(lab, "--check", "consistency")
+    rc, doc, _ = verify(lab, "--only", "consistency")
     assert rc == 0, failures(doc)
 
 

@@ -27,7 +27,7 @@ PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
 @pytest.fixture(scope="module")
 def lab(lab_factory):
     t0 = time.monotonic()
-    made = lab_factory(lab_name("flav"), nodes=3, options=["--os", ",".join(RELEASES), "--init", "systemd", "--bare"])
+    made = lab_factory(lab_name("flav"), nodes=3, options=["--os", ",".join(RELEASES), "--init", "systemd", "--image", "bare"])
     print(f"3-release systemd bare lab up in {time.monotonic() - t0:.1f} s (images included when not cached)")
     made.status = json.loads(lab_cmd("status", "--json", lab_name=made.name).stdout)
     yield made
@@ -64,7 +64,7 @@ def test_status_and_inventory_name_each_nodes_kind(lab):
                                "{{.Names}} {{.ID}} {{.StartedAt}}"], capture_output=True, text=True, check=True,
                               timeout=bounds.COMMAND).stdout
     before = started()
-    again = lab_cmd("up", "--nodes", "3", "--os", ",".join(RELEASES), "--init", "systemd", "--bare", lab_name=lab.name)
+    again = lab_cmd("up", "--nodes", "3", "--os", ",".join(RELEASES), "--init", "systemd", "--image", "bare", lab_name=lab.name)
     assert started() == before and "started " not in again.stdout + again.stderr
 
 

@@ -21,7 +21,7 @@ from provision.lab import mirror
 pytestmark = pytest.mark.lab
 
 RELEASES = ["bullseye", "bookworm", "trixie"]
-OPTIONS = ["--os", ",".join(RELEASES), "--init", "systemd", "--bare"]
+OPTIONS = ["--os", ",".join(RELEASES), "--init", "systemd", "--image", "bare"]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from provision.lab import wait_booted
 
 pytestmark = pytest.mark.lab
 
-FLAVOURS = {"noinit": [], "systemd": ["--init", "systemd", "--bare"]}
+FLAVOURS = {"noinit": [], "systemd": ["--init", "systemd", "--image", "bare"]}
 
 
 @pytest.fixture(scope="module", params=list(FLAVOURS))

@@ -140,7 +140,7 @@ def test_salloc_nodelist_inventory_verifies_exactly_the_allocated_nodes(slurm3, 
                      if k in env}
         t0 = time.monotonic()
         # reach: a generous bound, podman exec on the shared 2-core machine took > 20 s under load
-        proc = subprocess.run([tool("provision"), "verify", "-i", str(inv), "--check", "gcc", "--check", "ports",
+        proc = subprocess.run([tool("provision"), "verify", "-i", str(inv), "--only", "gcc", "--only", "ports",
                                "-e", "verify_reach_timeout=120", "--json"], cwd=REPO, env=ansible_env(name, **alloc_env),
                               capture_output=True, text=True, timeout=bounds.DOWNLOAD)
         took = time.monotonic() - t0

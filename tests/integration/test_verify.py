@@ -92,7 +92,7 @@ def test_healthy_lab_passes_read_only(lab):
 
 
 def test_human_output_and_check_selection(lab):
-    proc = subprocess.run([tool("provision"), "verify", "-i", INVENTORY, "--check", "mesh",
+    proc = subprocess.run([tool("provision"), "verify", "-i", INVENTORY, "--only", "mesh",
                            "--limit", "node1,node2"], cwd=REPO, env=ansible_env(lab.name),
                           capture_output=True, text=True, timeout=bounds.VERIFY, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -200,7 +200,7 @@ def test_rendezvous_port_blocked_between_nodes_is_named(lab):
     node_exec(lab.name, 2, rule, privileged=True)
     try:
         before = snapshot(lab)
-        rc, doc, elapsed, _ = verify(lab, "--check", "nccl")
+        rc, doc, elapsed, _ = verify(lab, "--only", "nccl")
         after = snapshot(lab)
     finally:
         node_exec(lab.name, 2, rule.replace(" add ", " del "), privileged=True)

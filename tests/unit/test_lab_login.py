@@ -19,7 +19,7 @@ from provision.lab import login
     ({"login": "sudo-password"}, "needs the admin's password: --sudo-password-file"),
     ({"login": "sudo", "sudo_password": "x"}, "it needs --login sudo-password"),
     ({"login": "root", "bastion": True}, "use --login sudo or sudo-password"),
-    ({"login": "sudo", "flavour": "bare"}, "--bare has not"),
+    ({"login": "sudo", "flavour": "bare"}, "--image bare has not"),
     ({"login": "ldap"}, "choose one of root, sudo, sudo-password"),
     ({"login": "sudo-password", "sudo_password": "a:b"}, "chpasswd"),
 ])

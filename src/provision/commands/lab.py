@@ -43,7 +43,7 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
               help="Number of nodes.")
 @click.option("--name", default=lab_core.DEFAULT_NAME, show_default=True, envvar="PROVISION_LAB_NAME", callback=_lab_name,
               help="Lab name (several labs can coexist).")
-@click.option("--image", "flavour", default=None, type=click.Choice(sorted(lab_core.FLAVOURS)),
+@click.option("--image", "flavour", default=None, type=click.Choice(sorted(lab_core.FLAVOURS)), envvar="PROVISION_LAB_IMAGE",
               help="Node image flavour: full (default; gcc, pdsh, venv, iproute2 in the image), minimal "
                    "(no iproute2), bare (only what a fresh minimal server image has: python3, apt, and "
                    "openssh-server with --init systemd; no gcc, pdsh, python3-venv, iperf3, iproute2; the mirror "

@@ -219,8 +219,8 @@ def command(inventory: str | None, limit: str | None, extra_vars: tuple[str, ...
             full: bool, save_baseline: bool, baseline: str | None, timeout: float, json_mode: bool,
             list_checks: bool, local: bool, slurm_drain: bool, node_name: str | None, grid: bool | None, brief: bool,
             junit: str | None, prometheus: str | None) -> None:
-    """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error, 3 unreachable
-    nodes only, timed out or interrupted.
+    """Check the cluster read-only; exit 0 all pass, 1 a check failed, 2 usage/inventory error, 3 no node
+    answered, timed out or interrupted (a node down among nodes that answer is a failed check: 1).
 
     \b
     provision verify -i inventory/lab/

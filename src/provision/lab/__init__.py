@@ -4,7 +4,7 @@ Every node starts "bare", like the seeds' fresh machines: openssh-server install
 running, no keys, no venv, no environment settings, no systemd (catatonit is PID 1). Options
 give nodes like users' machines (images.py): another Debian release per node (`--os`), systemd
 as PID 1 with sshd on port 22 (`--init systemd`), and only what a fresh minimal server image has
-(`--bare`).
+(`--image bare`).
 
 Layout of a lab called NAME with N nodes:
 - network NAME (internal, 10.89.K.0/24): the cluster network, node i at 10.89.K.(10+i).

@@ -67,7 +67,7 @@ def check(login: str, password: str | None, bastion: bool, flavour: str) -> None
     if bastion and login == "root":
         raise LabError("--bastion logs in as the admin through the bastion: use --login sudo or sudo-password")
     if login != "root" and flavour == "bare":
-        raise LabError(f"--login {login} needs sudo and openssh-server in the node image, which --bare has not; "
+        raise LabError(f"--login {login} needs sudo and openssh-server in the node image, which --image bare has not; "
                        "use --image full or minimal")
     if password is not None and ("\n" in password or ":" in password):
         raise LabError("the sudo password may not hold a newline or ':' (chpasswd's separator)")

@@ -242,3 +242,17 @@ def test_callback_prints_one_json_object_per_line(capsys):
     assert events[1] == {"event": "result", "host": "node1", "task": "Node reachable", "status": "unreachable",
                          "msg": "Failed to connect"}
     assert events[3]["report"]["schema"] == 1
+
+
+def test_exit_3_only_when_no_node_answered():
+    from provision.verify import exit_code
+
+    nodes = [{"name": "node1"}, {"name": "node2"}]
+    down = [{"check": "reach", "node": n["name"], "status": "fail"} for n in nodes]
+    assert exit_code({"ok": False, "nodes": nodes, "checks": down}) == 3
+    # one node down among nodes that answered: the run checked them, a check failed
+    assert exit_code({"ok": False, "nodes": nodes, "checks": down[1:] + [{"check": "reach", "node": "node1",
+                                                                         "status": "pass"}]}) == 1
+    assert exit_code({"ok": False, "nodes": nodes, "checks": down + [{"check": "gcc", "node": "node1",
+                                                                      "status": "fail"}]}) == 1
+    assert exit_code({"ok": True, "nodes": nodes, "checks": []}) == 0

@@ -75,7 +75,7 @@ def test_records_name_the_node_and_one_shape_for_every_outcome():
                                           "detail": "29500 is held by pid 42 (python)", "fix": "stop it: kill 42"}]
     crashed = spec.records("n1", {"failed": True, "msg": "MODULE FAILURE\nSee stdout/stderr"})
     assert crashed[0]["status"] == "fail" and crashed[0]["detail"] == "MODULE FAILURE"
-    assert "provision verify --check ports -v" in crashed[0]["fix"]
+    assert "provision verify --only ports -v" in crashed[0]["fix"]
     assert spec.records("n1", {"skipped": True}) == []
     down = spec.records("n1", {"unreachable": True, "msg": "timed out"})
     assert down[0]["status"] == "fail" and "make n1 reachable" in down[0]["fix"]

@@ -44,7 +44,7 @@ def test_command_is_verify_local_brief_with_the_textfile_and_quoted():
     argv = H.command("/usr/local/lib/provision-health/bin/provision", "node1", "/var/lib/prometheus/node-exporter/provision.prom",
                      checks=["runtime", "ports"], extra_vars={"node_runtime_shm_min": "8g", "x": "it's"}, timeout=45)
     assert argv[:4] == ["/usr/local/lib/provision-health/bin/provision", "verify", "--local", "--brief"]
-    assert argv[argv.index("--prometheus") + 1].endswith("provision.prom") and argv.count("--check") == 2
+    assert argv[argv.index("--prometheus") + 1].endswith("provision.prom") and argv.count("--only") == 2
     line = H.shell_line(argv)
     assert shlex.split(line) == argv            # /bin/sh reads back exactly these words
 
