@@ -352,7 +352,21 @@ def _rank_body(cfg, local_rank, backend, nproc, res, out_path):
         dist.destroy_process_group()
         if handler is not None:
             handler.shutdown()
+        _leave(store, world, server is not None, min(rdzv_timeout.total_seconds(), 10.0))
         del server
+
+
+def _leave(store, world, serving, bound):
+    """Every rank says it is done; the rank that serves the store keeps it up until all have (bounded), so a
+    peer's rendezvous shutdown never finds the server gone (torch logs that as RendezvousConnectionError)."""
+    try:
+        done = store.add("bye", 1)
+        deadline = time.monotonic() + bound
+        while serving and done < world and time.monotonic() < deadline:
+            time.sleep(0.05)
+            done = store.add("bye", 0)
+    except Exception:  # noqa: BLE001 - the run's result is already written; a peer that left is its own report
+        pass
 
 
 def _store_server(dist, cfg, addr, port, world, timeout, res, wait):
