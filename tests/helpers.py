@@ -219,6 +219,20 @@ def probe_lines(text: str) -> list[dict]:
 TORCH_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"
 
 
+def provision_wheelhouse(out: Path) -> Path:
+    """provision built from this checkout and its dependencies, as wheels in `out` (the controller's Python is
+    the lab nodes' 3.11): what a node without the internet installs provision from."""
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)], check=True,
+                   capture_output=True, timeout=bounds.DOWNLOAD)
+    own = next(out.glob("provision-*.whl"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(out), str(own)],
+                          capture_output=True, text=True, timeout=bounds.DOWNLOAD)
+    if proc.returncode != 0:
+        cannot_run(f"cannot make provision's wheelhouse: {proc.stderr[-300:]}")
+    return out
+
+
 def torch_wheelhouse() -> Path:
     """torch 2.13.0 and numpy for lab nodes, downloaded once on the controller (cached between runs);
     torch does not require numpy, but the nodes install both (torch warns without it)."""

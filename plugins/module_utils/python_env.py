@@ -322,16 +322,8 @@ def cached_check(versions):
 def installed_versions(python, names):
     """{name: version or None} from the *.dist-info names of the environment's site-packages."""
     found = {}
-    prefix = os.path.dirname(os.path.dirname(python))
-    for site in sorted(glob.glob(os.path.join(prefix, "lib", "python*", "site-packages"))):
-        try:
-            entries = os.listdir(site)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.endswith(".dist-info") and "-" in entry:
-                dist, version = entry[: -len(".dist-info")].rsplit("-", 1)
-                found.setdefault(normalize(dist), version)
+    for dist, version in _dist_infos(os.path.dirname(os.path.dirname(python))):
+        found.setdefault(dist, version)
     return {name: found.get(normalize(name)) for name in names}
 
 
@@ -480,7 +472,11 @@ def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
 def dist_names(prefix):
     """{normalized name: version} of the *.dist-info directories under prefix's site-packages (read
     from the names: nothing of the environment is run)."""
-    found = {}
+    return dict(_dist_infos(prefix))
+
+
+def _dist_infos(prefix):
+    """(normalized name, version) of each *.dist-info directory under prefix's site-packages, in order."""
     for site in sorted(glob.glob(os.path.join(prefix, "lib", "python*", "site-packages"))):
         try:
             entries = os.listdir(site)
@@ -489,8 +485,7 @@ def dist_names(prefix):
         for entry in entries:
             if entry.endswith(".dist-info") and "-" in entry:
                 name, version = entry[: -len(".dist-info")].rsplit("-", 1)
-                found[normalize(name)] = version
-    return found
+                yield normalize(name), version
 
 
 def chown_tree(path, uid, gid):

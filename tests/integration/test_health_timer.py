@@ -11,14 +11,11 @@ Every wait is bounded (WAIT_S); the measured times are printed for the closing n
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import bounds
-from helpers import REPO, cannot_run, lab_name, node_exec, run_playbook
+from helpers import provision_wheelhouse, lab_name, node_exec, run_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -31,21 +28,6 @@ PROM = "/var/lib/prometheus/node-exporter/provision.prom"
 CHECK = "port 29500 free"
 LISTENER = ("import socket, time\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
             "s.bind(('0.0.0.0', 29500))\ns.listen(1)\ntime.sleep(900)\n")
-
-
-def _wheels(tmp: Path) -> Path:
-    """provision built from this checkout, with its dependencies (the controller's Python is the
-    lab nodes' 3.11)."""
-    out = tmp / "health-wheels"
-    out.mkdir()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)], check=True,
-                   capture_output=True, timeout=bounds.DOWNLOAD)
-    own = next(out.glob("provision-*.whl"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(out), str(own)],
-                          capture_output=True, text=True, timeout=bounds.DOWNLOAD)
-    if proc.returncode != 0:
-        cannot_run(f"cannot make provision's wheelhouse: {proc.stderr[-300:]}")
-    return out
 
 
 def status_of(lab, check: str) -> tuple[dict[str, float], float | None]:
@@ -76,7 +58,7 @@ def wait_for(lab, want: str, after: float) -> float:
 @pytest.fixture(scope="module")
 def timer_lab(lab_factory, tmp_path_factory):
     lab = lab_factory(lab_name("timer"), nodes=1, options=["--init", "systemd"])
-    lab.wheels = _wheels(tmp_path_factory.mktemp("wheels"))
+    lab.wheels = provision_wheelhouse(tmp_path_factory.mktemp("wheels") / "health-wheels")
     yield lab
     node_exec(lab.name, 1, "pkill -f 'bind..0.0.0.0., 29500' || true", check=False)
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import bounds
-from helpers import REPO, ansible_env, cannot_run, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
+from helpers import REPO, provision_wheelhouse, ansible_env, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
 
 pytestmark = pytest.mark.lab
 
@@ -41,20 +40,6 @@ print("PROBE host=%s rank=%d world=%d slurm_procid=%s sum=%d" % (socket.gethostn
       os.environ.get("SLURM_PROCID", "-"), int(t.item())), flush=True)
 dist.destroy_process_group()
 """
-
-
-def _wheels(tmp: Path) -> Path:
-    """provision built from this checkout, with its dependencies."""
-    out = tmp / "provision-wheels"
-    out.mkdir()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)], check=True,
-                   capture_output=True, timeout=bounds.DOWNLOAD)
-    own = next(out.glob("provision-*.whl"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(out), str(own)],
-                          capture_output=True, text=True, timeout=bounds.DOWNLOAD)
-    if proc.returncode != 0:
-        cannot_run(f"cannot make provision's wheelhouse: {proc.stderr[-300:]}")
-    return out
 
 
 def _install(lab: str, node: int, src: Path, packages: str, compile_: str = "") -> None:
@@ -77,7 +62,7 @@ def slurm3(lab_factory, tmp_path_factory):
     lab = lab_factory(lab_name("slurm3"), nodes=3, options=["--slurm"])
     up = time.monotonic() - t0
     nodes = json.loads(lab_cmd("status", "--json", lab_name=lab.name).stdout)["nodes"]
-    _install(lab.name, 2, _wheels(tmp_path_factory.mktemp("wheels")), "provision", "ansible provision")
+    _install(lab.name, 2, provision_wheelhouse(tmp_path_factory.mktemp("wheels") / "provision-wheels"), "provision", "ansible provision")
     # what site.yml's ssh_mesh stage writes (/etc/hosts: names -> cluster addresses; gloo and c10d
     # need them) and node_runtime's soft nofile for login sessions; this module runs no other stage
     hosts = "".join(f"{n['address']} {n['name']}\n" for n in nodes)
