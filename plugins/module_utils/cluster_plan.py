@@ -142,12 +142,6 @@ def node_address(hostvars, name):
     return str(hostvars.get("cluster_address") or hostvars.get("ansible_host") or name)
 
 
-# Stages that need more than one node to mean anything. A stage listed in `stages` that needs
-# more nodes than the inventory has fails preflight before anything changes.
-DEFAULT_STAGE_MIN_NODES = {
-    "ssh_mesh": 1,
-    "allreduce_smoke": 2,
-}
 
 
 def _port(value, what, host, problems):
@@ -263,8 +257,14 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None, ma
                         f"fix: set cluster_master to one of {', '.join(names[:8])}")
         master = names[0]
 
-    wanted = DEFAULT_STAGE_MIN_NODES.copy()
-    wanted.update(stage_min_nodes or {})
+    # Stages that need more than one node to mean anything: a stage listed in `stages` that needs more
+    # nodes than the inventory has fails preflight before anything changes (preflight_stage_min_nodes,
+    # whose default the preflight role writes)
+    if stage_min_nodes is None:
+        from ansible_collections.provision.cluster.plugins.module_utils.settings import default
+
+        stage_min_nodes = default("preflight_stage_min_nodes")
+    wanted = dict(stage_min_nodes)
     for stage, need in sorted(wanted.items()):
         if stages is not None and stage not in stages:
             continue

@@ -75,7 +75,7 @@ EXAMPLES = r"""
 - name: Build the report
   provision.cluster.verify_report:
     select: "{{ verify_select | default(omit) }}"
-    smoke: "{{ verify_smoke | default(false) }}"
+    smoke: "{{ lookup('provision.cluster.setting', 'verify_smoke') }}"
   delegate_to: localhost
   run_once: true
   register: verify_report_result
