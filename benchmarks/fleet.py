@@ -54,6 +54,7 @@ sys.path[:0] = [str(REPO / "collections"), str(REPO / "tests" / "unit"), str(REP
 import synthetic_verify as SV  # noqa: E402
 from ansible_collections.provision.cluster.plugins.filter import launchers as L  # noqa: E402
 from ansible_collections.provision.cluster.plugins.module_utils import baseline as B  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils import settings as ST  # noqa: E402
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K  # noqa: E402
 from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F  # noqa: E402
 from ansible_collections.provision.cluster.plugins.module_utils import gpu as G  # noqa: E402
@@ -233,7 +234,8 @@ def pieces(inp: Inputs) -> dict:
         old = inp.baselines[-1]
         ok, diff = B.comparable(old, inp.smoke_result)
         assert ok, diff[:3]
-        B.compare(old, inp.smoke_result, names[0])
+        B.compare(old, inp.smoke_result, names[0], ST.default("verify_baseline_tolerance"),
+                  ST.default("verify_baseline_link_tolerance"))
         B.make(inp.smoke_result, saved_at=SV.T0, old=old)
 
     def pair_search():

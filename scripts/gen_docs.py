@@ -4,7 +4,8 @@
 - docs/verify.md, block `checks`: the check table, from `provision verify --list-checks --json`
   (the check catalog, plugins/module_utils/catalog.py);
 - docs/variables.md, block `variables`: every role variable with its default and meaning, from
-  each role's meta/argument_specs.yml and defaults/main.yml.
+  each role's meta/argument_specs.yml and defaults/main.yml (cluster_plan.DEFAULTS for the settings every
+  stage shares).
 
 A block sits between `<!-- generated: NAME ... -->` and `<!-- end generated: NAME -->`; the text
 around it is written by hand. tests/unit/test_docs.py fails when a committed block differs from
@@ -90,8 +91,21 @@ def _default(value, present: bool) -> str:
     return f"`{_cell(flow)}`"
 
 
+def shared_defaults() -> dict:
+    """cluster_plan.DEFAULTS: the defaults of the settings every stage shares, written there only (plain
+    Python, loaded from its file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_cluster_plan", REPO / "plugins" / "module_utils" / "cluster_plan.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.DEFAULTS)
+
+
 def variables_tables(roles_dir: Path | None = None) -> str:
     roles_dir = roles_dir or REPO / "roles"
+    shared = shared_defaults()
     out = []
     for role in sorted(p for p in roles_dir.iterdir() if (p / "meta" / "argument_specs.yml").is_file()):
         specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
@@ -111,6 +125,8 @@ def variables_tables(roles_dir: Path | None = None) -> str:
                 seen.add(name)
                 if name in defaults:
                     default = _default(defaults[name], True)
+                elif name in shared:
+                    default = _default(shared[name], True)
                 else:
                     default = _default(opt.get("default"), "default" in opt)
                 meaning = _doc_text(opt.get("description"))

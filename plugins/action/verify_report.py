@@ -62,11 +62,11 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("select", "smoke", "reuse", "in_site", "stats", "baseline", "save_baseline",
                              "baseline_tolerance", "baseline_link_tolerance"))
 
-    def _baseline(self, result, args, master):
+    def _baseline(self, result, args, master, var):
         """Compare the all-reduce with the saved baseline (when there is one), save it when asked."""
         path = os.path.expanduser(str(args.get("baseline") or ""))
-        tolerance = float(args.get("baseline_tolerance") or B.DEFAULT_TOLERANCE)
-        link_tolerance = float(args.get("baseline_link_tolerance") or B.DEFAULT_LINK_TOLERANCE)
+        tolerance = float(args.get("baseline_tolerance") or var("verify_baseline_tolerance"))
+        link_tolerance = float(args.get("baseline_link_tolerance") or var("verify_baseline_link_tolerance"))
         out = {"path": path or None, "tolerance": tolerance, "link_tolerance": link_tolerance}
         old = None
         if path and os.path.isfile(path):
@@ -159,7 +159,7 @@ class ActionModule(ActionBase):
             if error and isinstance(allreduce, dict) and allreduce.get("status") != "fail":
                 allreduce = None  # an earlier run's result: this run failed before it had one
         if isinstance(allreduce, dict) and (args.get("baseline") or args.get("save_baseline")):
-            allreduce = dict(allreduce, baseline=self._baseline(allreduce, args, order[0]))
+            allreduce = dict(allreduce, baseline=self._baseline(allreduce, args, order[0], var))
             for c in allreduce["baseline"].get("checks") or []:
                 nodes.setdefault(c["node"], {"checks": []})["checks"].append(c)
         doc = build_document(order, nodes, selected=selected, mesh_rows=rows, versions=versions, gpus=gpus,

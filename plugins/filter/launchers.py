@@ -23,10 +23,9 @@ import shlex
 import yaml
 
 from ansible_collections.provision.cluster.plugins.module_utils.bashrc import render_block
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import node_address
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import DEFAULT_MASTER_PORT, DEFAULT_SSH_PORT, node_address
 
-DEFAULT_PORT = 29500
-DEFAULT_SSH_PORT = 2222
+DEFAULT_PORT = DEFAULT_MASTER_PORT
 
 
 class LaunchError(ValueError):

@@ -46,7 +46,8 @@ _value:
   type: dict
 """
 
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import plan_from_hostvars, python_problem
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import (is_ssh_connection, plan_from_hostvars,
+                                                                                      python_problem)
 from ansible_collections.provision.cluster.plugins.module_utils.machine import PROBE, machine_verdict, parse_identity
 from ansible_collections.provision.cluster.plugins.module_utils.users import training_user_report
 
@@ -88,4 +89,6 @@ class FilterModule:
             "machine_identity": machine_identity,
             "machine_verdict": machine_verdict,
             "machine_probe": machine_probe,
+            # ansible_connection -> logs in over SSH? (cluster_plan.SSH_CONNECTIONS: the one list)
+            "is_ssh_connection": is_ssh_connection,
         }

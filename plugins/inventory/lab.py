@@ -64,9 +64,8 @@ options:
     env:
       - name: PROVISION_LAB_CONNECTION
   ssh_port:
-    description: The port the sshd role puts sshd on (C(sshd_port)).
+    description: The port the sshd role puts sshd on (C(sshd_port)); unset, the default of C(sshd_port).
     type: int
-    default: 2222
   state_dir:
     description: Controller-side state of the lab (known_hosts). Defaults to ~/.cache/provision/labs/NAME.
     type: path
@@ -86,6 +85,9 @@ import subprocess
 
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin
+
+from ansible_collections.provision.cluster.plugins.module_utils import settings
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import DEFAULT_SSH_PORT
 
 LABEL = "provision.lab"
 LABEL_INDEX = "provision.lab.index"
@@ -126,10 +128,10 @@ ADMIN = "ops"
 TRAINER = "trainer"
 
 
-# (role, variable, which factor): the bounds a lab larger than its machine raises (see DOCUMENTATION)
-_SCALED = (("ssh_mesh", "ssh_mesh_check_connect_timeout", "login"), ("ssh_mesh", "ssh_mesh_check_timeout", "login"),
-           ("pdsh", "pdsh_connect_timeout", "login"), ("pdsh", "pdsh_command_timeout", "login"),
-           ("allreduce_smoke", "allreduce_smoke_timeout", "ring"))
+# (variable, which factor): the bounds a lab larger than its machine raises (see DOCUMENTATION)
+_SCALED = (("ssh_mesh_check_connect_timeout", "login"), ("ssh_mesh_check_timeout", "login"),
+           ("pdsh_connect_timeout", "login"), ("pdsh_command_timeout", "login"),
+           ("allreduce_smoke_timeout", "ring"))
 
 
 def lab_scales(nodes, cores):
@@ -138,18 +140,13 @@ def lab_scales(nodes, cores):
     return {"login": max(1, -(-nodes // (4 * cores))), "ring": max(1, -(-nodes * nodes // (64 * cores)))}
 
 
-def _role_default(role, name):
-    """The number a role's defaults/main.yml gives NAME, read as plain YAML: not through Ansible's loader,
-    which would cache the file without the template trust the role's own loading gives it (ansible-core
-    2.19: the role's templated defaults would then stay untemplated)."""
-    import yaml
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "roles", role, "defaults", "main.yml")
+def _role_default(name):
+    """The number a role's defaults/main.yml gives NAME (module_utils/settings.py: plain YAML, not through
+    Ansible's loader, which would cache the file without the template trust the role's own loading gives
+    it; ansible-core 2.19: the role's templated defaults would then stay untemplated)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return (yaml.safe_load(handle) or {}).get(name)
-    except (OSError, yaml.YAMLError):  # a missing or unreadable defaults file: that bound is not raised
+        return settings.default(name)
+    except KeyError:  # no such default: that bound is not raised
         return None
 
 
@@ -167,7 +164,7 @@ class InventoryModule(BaseInventoryPlugin):
             raise AnsibleParserError("lab inventory: %r is not a lab name (letters, digits, '_', '.' and '-', starting "
                                      "with a letter or digit, at most 63); fix: PROVISION_LAB_NAME or lab_name" % (name,))
         mode = self.get_option("connection")
-        port = int(self.get_option("ssh_port"))
+        port = int(self.get_option("ssh_port") or DEFAULT_SSH_PORT)
         state_dir = self.get_option("state_dir") or os.path.join(
             os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "provision", "labs", name)
         known_hosts = os.path.join(state_dir, "known_hosts")
@@ -199,8 +196,8 @@ class InventoryModule(BaseInventoryPlugin):
             self.inventory.add_group(group)
         scales = lab_scales(len(nodes), os.cpu_count())
         self.inventory.set_variable("lab", "lab_time_scale", scales["login"])
-        for role, var, kind in _SCALED:
-            default = _role_default(role, var) if scales[kind] > 1 else None
+        for var, kind in _SCALED:
+            default = _role_default(var) if scales[kind] > 1 else None
             if isinstance(default, (int, float)):
                 self.inventory.set_variable("lab", var, default * scales[kind])
         for c in nodes:

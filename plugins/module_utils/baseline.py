@@ -20,21 +20,10 @@ import tempfile
 import time
 
 SCHEMA = 1
-# The default tolerance: 10% below the baseline fails. A baseline keeps up to MAX_SAMPLES runs (each
-# --save-baseline on the same cluster adds one) and is compared through their median per figure, which
-# a single lucky or unlucky run cannot move. How 10% was chosen (docs/verify.md: "Finding the bad node"): the
-# faults this must catch cost far more (a link limited to a tenth: -87% at 64 MiB; a lost NIC, x8 PCIe,
-# a TCP fallback: -50% or worse), and a dedicated cluster repeats busbw within a few percent; 10% sits
-# between the two. This project's lab is not such a cluster: six healthy runs of its 4-node lab, whose
-# containers share two cores with the controller and other jobs, gave 0.351-0.497 GB/s at 64 MiB
-# (median 0.38, -8%/+30%), so the lab's tests pass a wider tolerance (verify_baseline_tolerance).
-DEFAULT_TOLERANCE = 0.10
-# Each link's figure is one TCP stream while every link is busy: it moves with CPU and interrupt
-# placement far more than the collective's busbw, which averages over every link (the lab, healthy: one
-# link 0.48-1.11 GB/s over six runs, busbw at 64 MiB 0.50-0.57). A link fails when it is more than
-# 25% below its baseline: the link faults this is for cost far more (a link at a tenth: -90%; a
-# 100 Gb/s port negotiated at 25 Gb/s: -75%; a lost bond member or half-width port: -50%).
-DEFAULT_LINK_TOLERANCE = 0.25
+# A baseline keeps up to MAX_SAMPLES runs (each --save-baseline on the same cluster adds one) and is
+# compared through their median per figure, which a single lucky or unlucky run cannot move. The
+# tolerances are settings (verify_baseline_tolerance, verify_baseline_link_tolerance): their defaults, and
+# how they were chosen, are in roles/verify/defaults/main.yml.
 MAX_SAMPLES = 5
 # Message sizes at or above this are bandwidth-bound: their busbw is the cluster's bandwidth, and a
 # drop below the baseline fails. Below it a call's time is mostly per-call latency, which moves with the
@@ -129,7 +118,7 @@ def comparable(baseline, result):
     return (not diff), diff
 
 
-def compare(baseline, result, master, tolerance=DEFAULT_TOLERANCE, link_tolerance=DEFAULT_LINK_TOLERANCE):
+def compare(baseline, result, master, tolerance, link_tolerance):
     """Check records of a run against its baseline (the caller made sure it is comparable): busbw per
     size within ``tolerance``, each link of the ring probe within ``link_tolerance``."""
     when = "%s (median of %d run%s)" % (time.strftime("%Y-%m-%d %H:%M", time.localtime(baseline.get("saved_at") or 0)),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ansible_collections.provision.cluster.plugins.module_utils import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils.become import become_problem
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import DEFAULT_MASTER_PORT, DEFAULT_SSH_PORT, DEFAULTS
 from ansible_collections.provision.cluster.plugins.module_utils import consistency, fabric_health, gpu_health, mesh_audit
 from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_checks, compare_outcome, env_python
 
@@ -48,7 +49,7 @@ class Context:
         self.results = results if results is not None else {}   # check name -> module result (this node)
 
     def user(self):
-        return self.plan.get("user") or "root"
+        return self.plan.get("user") or DEFAULTS["cluster_user"]
 
     def nodes(self):
         """[{name, address}] of the play's hosts, from the plan."""
@@ -58,11 +59,17 @@ class Context:
     def rendezvous(self):
         master = self.plan.get("master") if self.plan.get("master") in self.hosts else self.hosts[0]
         return {"name": master, "address": (self.plan.get("address_of") or {}).get(master, master),
-                "port": int(self.plan.get("master_port") or 29500)}
+                "port": self.master_port()}
+
+    def ssh_port(self):
+        return int(self.plan.get("ssh_port") or DEFAULT_SSH_PORT)
+
+    def master_port(self):
+        return int(self.plan.get("master_port") or DEFAULT_MASTER_PORT)
 
     def full_matrix(self):
         """verify_matrix: full (provision verify --full): every node logs in to every node."""
-        return str(self.var("verify_matrix") or "ring").lower() == "full"
+        return str(self.var("verify_matrix")).lower() == "full"
 
     def ring(self):
         """The nodes this node logs in to (mesh_audit.ring_targets): all of them with full_matrix()."""
@@ -177,7 +184,7 @@ def _adjust_sshd(node, c, ctx):
         c = dict(c, check="sshd listening (%s)" % c["check"])
     init = ((ctx.results if ctx else {}).get("sshd") or {}).get("init")
     if c["status"] == C.FAIL and init and init not in INIT_SYSTEMS:
-        port = int(ctx.plan.get("ssh_port") or 2222)
+        port = ctx.ssh_port()
         c = dict(c, detail="%s; PID 1 is %s, no init system: nothing starts sshd again after the node restarts"
                  % (c["detail"], init),
                  fix="ansible-playbook site.yml --tags sshd --limit %s after every restart, or start sshd from the "
@@ -310,8 +317,8 @@ def _runtime_args(ctx):
 
 def _nccl_args(ifname=None):
     def args(ctx):
-        out = {"peers": ctx.nodes(), "self_name": ctx.host, "probe_port": int(ctx.plan.get("ssh_port") or 2222),
-               "probe_timeout": 3, "rendezvous": ctx.rendezvous(), "fail_on_error": False}
+        out = {"peers": ctx.nodes(), "self_name": ctx.host, "probe_port": ctx.ssh_port(),
+               "probe_timeout": int(ctx.var("nccl_net_probe_timeout")), "rendezvous": ctx.rendezvous(), "fail_on_error": False}
         if not ctx.full_matrix():
             # the ring's nodes: each TCP connect to a peer's sshd makes that sshd fork a pre-auth child
             # (about 8 ms of the peer's CPU, measured in the lab), N x N of them across the cluster
@@ -352,16 +359,19 @@ def _keep_mesh(result):
 
 
 def _mesh_args(ctx):
-    # connect_timeout covers the banner exchange: 5 s failed healthy lab nodes on a host at load 100
-    return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(), "connect_timeout": 10, "timeout": 40,
-            "landing": True, "summary": True, "block_name": str(ctx.var("ssh_mesh_block_name") or ctx.var("cluster_group") or "cluster"),
-            "key_file": str(ctx.var("ssh_mesh_key_file") or ".ssh/id_ed25519"),
-            "hosts_file": str(ctx.var("ssh_mesh_hosts_file") or "/etc/hosts")}
+    # the ssh_mesh role's bounds (-e ssh_mesh_check_connect_timeout=... reaches both)
+    return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(),
+            "connect_timeout": int(ctx.var("ssh_mesh_check_connect_timeout")),
+            "timeout": int(ctx.var("ssh_mesh_check_timeout")),
+            "landing": True, "summary": True, "block_name": str(ctx.var("ssh_mesh_block_name")),
+            "key_file": str(ctx.var("ssh_mesh_key_file")), "hosts_file": str(ctx.var("ssh_mesh_hosts_file"))}
 
 
 def _pdsh_args(ctx):
+    # the pdsh role's bounds (-e pdsh_connect_timeout=30 for a large cluster reaches both)
     out = {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
-           "connect_timeout": 10, "command_timeout": 30, "node": ctx.host}
+           "connect_timeout": int(ctx.var("pdsh_connect_timeout")),
+           "command_timeout": int(ctx.var("pdsh_command_timeout")), "node": ctx.host}
     if not ctx.full_matrix():
         out["targets"] = ctx.ring()
     return out
@@ -416,7 +426,7 @@ def _cluster_mesh_files(cc):
     addr = cc.plan.get("address_of") or {}
     peers = [{"name": h, "address": addr.get(h, h), "identity": (summaries.get(h) or {}).get("identity")}
              for h in cc.order]
-    port, user = cc.plan.get("ssh_port") or 2222, cc.plan.get("user") or ""
+    port, user = int(cc.plan.get("ssh_port") or DEFAULT_SSH_PORT), cc.plan.get("user") or ""
     audited = mesh_audit.audit_all({h: summaries[h] for h in cc.order if h in summaries}, peers, port, user)
     return [dict(c, node=h) for h, recs in audited.items() for c in recs], {}
 
@@ -466,13 +476,13 @@ CATALOG = [
     Spec("reach", "node reachable", "node reachable from the controller", phase=NODE),
     Spec("sshd", "sshd listening", "sshd listening on the cluster port (sshd_port)",
          module="provision.cluster.port_facts", stage="sshd", fix_names_stage=True,
-         args=lambda ctx: {"ports": [int(ctx.plan.get("ssh_port") or 2222)], "expect": "listening",
+         args=lambda ctx: {"ports": [ctx.ssh_port()], "expect": "listening",
                            "allowed_holders": ["sshd"]},
          reuse=_reuse_checks("sshd_result", lambda r, ctx: r.get("found")),
          adjust=_adjust_sshd),
     Spec("ports", "ports free", "rendezvous and cluster ports free or held by the expected process",
          module="provision.cluster.port_facts", stage="preflight",
-         args=lambda ctx: {"ports": [int(ctx.plan.get("master_port") or 29500)], "expect": "free"},
+         args=lambda ctx: {"ports": [ctx.master_port()], "expect": "free"},
          reuse=_reuse_checks("preflight_result"),
          adjust=lambda node, c, ctx: dict(c, check="%s free" % c["check"])),
     Spec("mesh", "ssh mesh",
@@ -491,7 +501,7 @@ CATALOG = [
     Spec("env", "env block", "the ~/.bashrc env block above the non-interactive guard; ssh <self> env sees its values",
          module="provision.cluster.shell_env_check",
          stage="shell_env",
-         args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host, "timeout": 10},
+         args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host},
                                **({"bashrc": ctx.var("shell_env_bashrc")} if ctx.var("shell_env_bashrc") else {})),
          reuse=_reuse_env, keep=_keep_env, local=False),
     Spec("gcc", "gcc", "GCC >= gcc_toolchain_min_version", module="provision.cluster.gcc_facts", stage="gcc_toolchain",
@@ -505,7 +515,7 @@ CATALOG = [
          "python / torch / CUDA / NCCL / backends / extras equal across nodes; DeepSpeed ops built for the torch and CUDA installed",
          module="provision.cluster.python_versions", stage="python_env",
          args=lambda ctx: {"python": ctx.python(), "packages": ctx.var("verify_packages") or [], "require_torch": False,
-                           "timeout": 60,
+                           "timeout": int(ctx.var("verify_versions_timeout")),
                            # python_env's cache (read-only here): its key changes with any install, removal,
                            # a replaced torch library or another NVIDIA driver; without it, torch is imported
                            "cache": ctx.python().rsplit("/", 2)[0] + "/.provision-versions.json"},
@@ -545,7 +555,7 @@ CATALOG = [
          "counters growing between two reads, MTU, one link layer on every node; GPUDirect RDMA prerequisites "
          "(nvidia_peermem, PCIe ACS); RDMA devices and memlock in containers (skip without RDMA)",
          module="provision.cluster.fabric_health_info", stage="nccl_net", reuse=_reuse_fabric,
-         args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval") or 5),
+         args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval")),
                            "required_ports": [h for h in str(ctx.var("nccl_net_ib_hca") or "").split(",") if h]},
          keep=_keep_fabric),
     Spec("fabric_consistency", "ib_link_layer", "one RDMA link layer and the same port rates on every node",

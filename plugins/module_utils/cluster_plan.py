@@ -21,19 +21,29 @@ from __future__ import annotations
 import ipaddress
 import re
 
-DEFAULT_SSH_PORT = 2222
-DEFAULT_MASTER_PORT = 29500
 # The stages of site.yml, in order (each is playbooks/<stage>.yml and roles/<stage>, tagged with its name).
 STAGES = ["preflight", "packages", "gcc_toolchain", "cuda_toolkit", "python_env", "sshd", "ssh_mesh", "pdsh",
           "node_runtime", "nccl_net", "shell_env", "launchers", "allreduce_smoke"]
-# The inventory variables every stage shares, and their defaults (README: Inventory variables).
+# The inventory variables every stage shares, and their defaults (README: Inventory variables): written
+# here and nowhere else (tests/unit/test_defaults_once.py fails on a restatement). A role's own settings
+# have theirs in roles/<role>/defaults/main.yml (module_utils/settings.py reads both).
 DEFAULTS = {
     "cluster_group": "cluster",
     "cluster_user": "root",
-    "sshd_port": DEFAULT_SSH_PORT,
-    "cluster_master_port": DEFAULT_MASTER_PORT,
+    "sshd_port": 2222,
+    "cluster_master_port": 29500,
     "cluster_master": "",
 }
+DEFAULT_SSH_PORT = DEFAULTS["sshd_port"]
+DEFAULT_MASTER_PORT = DEFAULTS["cluster_master_port"]
+# The ansible_connection values that reach a host over SSH (the controller's own login: the sshd and
+# ssh_mesh roles keep and record that port, bootstrap makes first contact over it).
+SSH_CONNECTIONS = ("ssh", "smart", "ansible.builtin.ssh", "paramiko", "paramiko_ssh", "ansible.builtin.paramiko_ssh")
+
+
+def is_ssh_connection(connection):
+    """Whether a host's ansible_connection (None: Ansible's default, ssh) logs in over SSH."""
+    return str(connection or "ssh") in SSH_CONNECTIONS
 
 
 # ---------------------------------------------------------------- names and addresses
@@ -132,12 +142,6 @@ def node_address(hostvars, name):
     return str(hostvars.get("cluster_address") or hostvars.get("ansible_host") or name)
 
 
-# Stages that need more than one node to mean anything. A stage listed in `stages` that needs
-# more nodes than the inventory has fails preflight before anything changes.
-DEFAULT_STAGE_MIN_NODES = {
-    "ssh_mesh": 1,
-    "allreduce_smoke": 2,
-}
 
 
 def _port(value, what, host, problems):
@@ -229,7 +233,8 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None, ma
             master_ports.add(mport)
         if ssh is not None and mport is not None and ssh == mport:
             problems.append(f"{node['name']}: sshd_port and cluster_master_port are both {ssh}; "
-                            "fix: use different ports (defaults: sshd_port 2222, cluster_master_port 29500)")
+                            f"fix: use different ports (defaults: sshd_port {DEFAULT_SSH_PORT}, cluster_master_port "
+                            f"{DEFAULT_MASTER_PORT})")
         node["ssh_port"], node["master_port"] = ssh, mport
     if len(ssh_ports) > 1:
         problems.append(f"cluster: sshd_port differs between nodes ({', '.join(map(str, sorted(ssh_ports)))}); "
@@ -252,8 +257,14 @@ def validate_inventory(hosts, master=None, stages=None, stage_min_nodes=None, ma
                         f"fix: set cluster_master to one of {', '.join(names[:8])}")
         master = names[0]
 
-    wanted = DEFAULT_STAGE_MIN_NODES.copy()
-    wanted.update(stage_min_nodes or {})
+    # Stages that need more than one node to mean anything: a stage listed in `stages` that needs more
+    # nodes than the inventory has fails preflight before anything changes (preflight_stage_min_nodes,
+    # whose default the preflight role writes)
+    if stage_min_nodes is None:
+        from ansible_collections.provision.cluster.plugins.module_utils.settings import default
+
+        stage_min_nodes = default("preflight_stage_min_nodes")
+    wanted = dict(stage_min_nodes)
     for stage, need in sorted(wanted.items()):
         if stages is not None and stage not in stages:
             continue

@@ -72,9 +72,10 @@ options:
     description: Supervisor pid returned by C(started) (C(finished)); also its process group.
     type: int
   timeout:
-    description: Seconds C(finished) waits before killing the run.
+    description:
+      - Seconds C(finished) waits before killing the run (required with C(finished); the role passes
+        C(allreduce_smoke_timeout) plus 10 s).
     type: float
-    default: 180
   hosts:
     description: Per-host C(finished) results (C(report)), in the order of O(names); an empty
       dict for a host that produced none.
@@ -450,7 +451,7 @@ def main():
             "run_id": {"type": "str"},
             "run_dir": {"type": "path"},
             "pid": {"type": "int"},
-            "timeout": {"type": "float", "default": 180},
+            "timeout": {"type": "float"},
             "hosts": {"type": "list", "elements": "dict"},
             "names": {"type": "list", "elements": "str"},
             "holder": {"type": "str"},
@@ -464,7 +465,7 @@ def main():
             "inputs": {"type": "dict"},
         },
         required_if=[("state", "port_free", ["port"]), ("state", "started", ["config", "run_id"]),
-                     ("state", "finished", ["run_dir", "pid"]),
+                     ("state", "finished", ["run_dir", "pid", "timeout"]),
                      ("state", "report", ["hosts", "names", "master_addr", "master_port"])],
         supports_check_mode=True,
     )

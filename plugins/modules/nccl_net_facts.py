@@ -70,13 +70,13 @@ options:
     type: list
     elements: str
   probe_port:
-    description: TCP port to connect to on the peers (their sshd); closed ports still prove reachability.
+    description:
+      - TCP port to connect to on the peers (their sshd); closed ports still prove reachability. Required with
+        O(probe) (the nccl_net role and C(provision verify) pass the cluster plan's sshd port).
     type: int
-    default: 2222
   probe_timeout:
-    description: Seconds to wait for each peer.
+    description: Seconds to wait for each peer; required with O(probe) (both pass C(nccl_net_probe_timeout)).
     type: float
-    default: 3
   check_names:
     description:
       - Also check that every peer's name resolves on this node to its cluster address (the check
@@ -115,6 +115,8 @@ EXAMPLES = r"""
   provision.cluster.nccl_net_facts:
     peers: "{{ cluster_plan.nodes }}"
     self_name: "{{ inventory_hostname }}"
+    probe_port: "{{ cluster_plan.ssh_port }}"
+    probe_timeout: "{{ lookup('provision.cluster.setting', 'nccl_net_probe_timeout') }}"
   register: nccl
 
 - name: Force the interface, keep InfiniBand choice automatic
@@ -122,6 +124,7 @@ EXAMPLES = r"""
     peers: "{{ cluster_plan.nodes }}"
     self_name: "{{ inventory_hostname }}"
     socket_ifname: ens5
+    probe: false
 """
 
 RETURN = r"""
@@ -241,14 +244,15 @@ def main():
             extra_env=dict(type="dict", default={}),
             probe=dict(type="bool", default=True),
             probe_peers=dict(type="list", elements="str"),
-            probe_port=dict(type="int", default=2222),
-            probe_timeout=dict(type="float", default=3.0),
+            probe_port=dict(type="int"),
+            probe_timeout=dict(type="float"),
             check_names=dict(type="bool", default=True),
             rendezvous=dict(type="dict"),
             fail_on_error=dict(type="bool", default=True),
             sys_root=dict(type="path", default="/sys"),
             proc_root=dict(type="path", default="/proc"),
         ),
+        required_if=[("probe", True, ["probe_port", "probe_timeout"])],
         supports_check_mode=True,
     )
     p = module.params

@@ -59,13 +59,15 @@ options:
     description: Run the check as this user (the cluster user).
     type: str
   connect_timeout:
-    description: pdsh C(-t), seconds.
+    description: pdsh C(-t), seconds (the pdsh role and C(provision verify) pass C(pdsh_connect_timeout)).
     type: int
-    default: 10
+    required: true
   command_timeout:
-    description: pdsh C(-u), seconds; also the limit of the whole check (plus O(connect_timeout)).
+    description:
+      - pdsh C(-u), seconds; also the limit of the whole check (plus O(connect_timeout)) (the pdsh role and
+        C(provision verify) pass C(pdsh_command_timeout)).
     type: int
-    default: 30
+    required: true
   node:
     description: The node's inventory name, for the fix lines of RV(checks).
     type: str
@@ -83,6 +85,8 @@ EXAMPLES = r"""
   provision.cluster.pdsh_config:
     hosts: "{{ ansible_play_hosts }}"
     user: "{{ cluster_user }}"
+    connect_timeout: "{{ lookup('provision.cluster.setting', 'pdsh_connect_timeout') }}"
+    command_timeout: "{{ lookup('provision.cluster.setting', 'pdsh_command_timeout') }}"
 """
 
 RETURN = r"""
@@ -128,8 +132,8 @@ def main():
             check_if_changed=dict(type="bool", default=False),
             expect_hostnames=dict(type="list", elements="str"),
             user=dict(type="str"),
-            connect_timeout=dict(type="int", default=10),
-            command_timeout=dict(type="int", default=30),
+            connect_timeout=dict(type="int", required=True),
+            command_timeout=dict(type="int", required=True),
             node=dict(type="str"),
             targets=dict(type="list", elements="str"),
         ),

@@ -46,7 +46,6 @@ options:
   port:
     description: The node's cluster sshd port, copied into RV(node).
     type: int
-    default: 2222
   aliases:
     description: More known_hosts host patterns for this node (e.g. C([public-ip]:22)), copied into RV(node).
     type: list
@@ -128,7 +127,7 @@ def main():
             comment=dict(type="str"),
             name=dict(type="str"),
             address=dict(type="str"),
-            port=dict(type="int", default=2222),
+            port=dict(type="int"),
             aliases=dict(type="list", elements="str", default=[]),
             host_keys_dir=dict(type="path", default="/etc/ssh"),
         ),

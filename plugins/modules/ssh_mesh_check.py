@@ -34,13 +34,15 @@ options:
     description: Run ssh as this user (the cluster user). Default the user running the module.
     type: str
   connect_timeout:
-    description: ssh ConnectTimeout, seconds.
+    description: ssh ConnectTimeout, seconds (the ssh_mesh role and C(provision verify) pass C(ssh_mesh_check_connect_timeout)).
     type: int
-    default: 5
+    required: true
   timeout:
-    description: Overall limit for the whole row, seconds; cells still running then are C(timeout).
+    description:
+      - Overall limit for the whole row, seconds; cells still running then are C(timeout) (the ssh_mesh role and
+        C(provision verify) pass C(ssh_mesh_check_timeout)).
     type: int
-    default: 20
+    required: true
   retries:
     description:
       - How many more times a cell that timed out is tried (within O(timeout)); other errors are
@@ -100,6 +102,8 @@ EXAMPLES = r"""
     source: "{{ inventory_hostname }}"
     user: "{{ cluster_user }}"
     nodes: "{{ ansible_play_hosts }}"
+    connect_timeout: "{{ lookup('provision.cluster.setting', 'ssh_mesh_check_connect_timeout') }}"
+    timeout: "{{ lookup('provision.cluster.setting', 'ssh_mesh_check_timeout') }}"
   register: row
 
 - name: Every cell green
@@ -260,8 +264,8 @@ def main():
             nodes=dict(type="list", elements="raw", required=True),
             source=dict(type="str"),
             user=dict(type="str"),
-            connect_timeout=dict(type="int", default=5),
-            timeout=dict(type="int", default=20),
+            connect_timeout=dict(type="int", required=True),
+            timeout=dict(type="int", required=True),
             command=dict(type="str", default="hostname"),
             retries=dict(type="int", default=1),
             landing=dict(type="bool", default=False),

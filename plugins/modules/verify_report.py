@@ -48,13 +48,15 @@ options:
     type: bool
     default: false
   baseline_tolerance:
-    description: How far (a fraction) busbw may fall below the baseline at a bandwidth-bound size before it fails.
+    description:
+      - How far (a fraction) busbw may fall below the baseline at a bandwidth-bound size before it fails;
+        unset, C(verify_baseline_tolerance) (the verify role's defaults).
     type: float
-    default: 0.10
   baseline_link_tolerance:
-    description: How far (a fraction) one link's TCP figure may fall below the baseline before it fails.
+    description:
+      - How far (a fraction) one link's TCP figure may fall below the baseline before it fails; unset,
+        C(verify_baseline_link_tolerance).
     type: float
-    default: 0.25
 extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.FLOW]
 attributes:
   action:
@@ -73,7 +75,7 @@ EXAMPLES = r"""
 - name: Build the report
   provision.cluster.verify_report:
     select: "{{ verify_select | default(omit) }}"
-    smoke: "{{ verify_smoke | default(false) }}"
+    smoke: "{{ lookup('provision.cluster.setting', 'verify_smoke') }}"
   delegate_to: localhost
   run_once: true
   register: verify_report_result

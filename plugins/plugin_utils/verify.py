@@ -14,23 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.errors import AnsibleConnectionFailure, AnsibleUndefinedVariable
 
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import plan_from_hostvars, running_stages
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import (DEFAULTS, plan_from_hostvars,
+                                                                                      running_stages)
+from ansible_collections.provision.cluster.plugins.module_utils.settings import ROLES as _ROLES, default, role_of
 
-_ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 _DEFAULTS = {}
 _DEFAULTS_LOCK = threading.Lock()
 # Building a module's payload parses Python (ast), which is not safe in several threads at once;
 # only the execution on the host runs in parallel.
 BUILD_LOCK = threading.Lock()
-
-
-def role_of(name):
-    """The role whose defaults define a variable: the longest role name that prefixes it."""
-    try:
-        roles = sorted(os.listdir(_ROLES), key=len, reverse=True)
-    except OSError:
-        return None
-    return next((r for r in roles if name.startswith(r + "_")), None)
 
 
 def _load_templatable(loader, path):
@@ -52,7 +44,8 @@ def role_defaults(loader, role):
 
 
 class Variables:
-    """var(name): the host's variable, else its role's default, templated in the host's context."""
+    """var(name): the host's variable, else its default (cluster_plan.DEFAULTS for the settings every stage
+    shares, else its role's defaults), templated in the host's context."""
 
     def __init__(self, task_vars, templar, loader):
         self.task_vars = task_vars
@@ -64,6 +57,8 @@ class Variables:
     def __call__(self, name, default=None):
         if name in self.task_vars:
             value = self.task_vars[name]
+        elif name in DEFAULTS:
+            value = DEFAULTS[name]
         else:
             role = role_of(name)
             if not role or name not in role_defaults(self.loader, role):
@@ -111,13 +106,12 @@ def cluster_plan(var, hosts):
     plan = var("cluster_plan")
     if isinstance(plan, dict) and plan.get("nodes"):
         return plan
-    group = var("cluster_group") or "cluster"
+    group = var("cluster_group")
     members = (var("groups") or {}).get(group) or list(hosts)
     hostvars = {h: _HostView(var, h) for h in members}
-    out = plan_from_hostvars(hostvars, members, master=var("cluster_master") or "",
+    out = plan_from_hostvars(hostvars, members, master=var("cluster_master"),
                              master_addr=var("cluster_master_addr") or None,
-                             master_port=var("cluster_master_port") or None, user=var("cluster_user") or "",
-                             group=group)
+                             master_port=var("cluster_master_port"), user=var("cluster_user"), group=group)
     return out["plan"]
 
 
@@ -197,5 +191,6 @@ def selection(names, smoke, in_site, task_vars):
     if in_site:
         running = running_stages("all", task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         selected = K.in_stages(selected, running)
-    local = str(task_vars.get("verify_local", False)).lower() in ("1", "true", "yes", "on")
+    local = task_vars["verify_local"] if "verify_local" in task_vars else default("verify_local")
+    local = str(local).lower() in ("1", "true", "yes", "on")
     return selected, K.expand(selected, running, local=local)

@@ -49,8 +49,6 @@ KNOWN_HOSTS_REL = ".provision/known_hosts"
 SSH_VARS_RELPATH = Path("group_vars") / "all" / "provision_ssh.yml"
 MIN_PYTHON = (3, 8)  # what ansible-core 2.16+ modules need on the target
 
-SSH_CONNECTIONS = {"ssh", "smart", "ansible.builtin.ssh", "paramiko", "paramiko_ssh",
-                   "ansible.builtin.paramiko_ssh"}
 
 class BootstrapError(RuntimeError):
     """A usage or inventory problem (exit 2); the message is one line with the fix."""
@@ -68,13 +66,20 @@ class HostFailure(Exception):
 # ====================================================================== pure: host keys
 # (plugins/module_utils/known_hosts.py: the same code verify uses to name a changed host key)
 
-def _known_hosts():
+def _collection_module(name):
     from provision.ansible import collection_module
 
-    return collection_module("known_hosts")
+    return collection_module(name)
+
+
+def _known_hosts():
+    return _collection_module("known_hosts")
 
 
 _kh = _known_hosts()
+# the ansible_connection values that log in over SSH (plugins/module_utils/cluster_plan.py: the one list,
+# which the sshd and ssh_mesh roles read too)
+SSH_CONNECTIONS = frozenset(_collection_module("cluster_plan").SSH_CONNECTIONS)
 KEY_LABELS = _kh.KEY_LABELS
 fingerprint, key_label, host_pattern = _kh.fingerprint, _kh.key_label, _kh.host_pattern
 host_field_matches, KnownKey, known_keys_for = _kh.host_field_matches, _kh.KnownKey, _kh.known_keys_for

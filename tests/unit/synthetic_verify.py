@@ -21,7 +21,10 @@ from ansible_collections.provision.cluster.plugins.module_utils import bandwidth
 from ansible_collections.provision.cluster.plugins.module_utils import baseline as B
 from ansible_collections.provision.cluster.plugins.module_utils import isolation as I
 from ansible_collections.provision.cluster.plugins.module_utils.limits import check_shm
+from ansible_collections.provision.cluster.plugins.module_utils.settings import default as _default
 from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document
+
+_TOL, _LINK_TOL = _default("verify_baseline_tolerance"), _default("verify_baseline_link_tolerance")
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "verify"
 T0 = 1_790_000_000.0      # the baselines' first run (2026-09-21)
@@ -101,9 +104,9 @@ def synthetic_document(n: int, *, pattern: str = "gpu-node-{:04d}", down: tuple[
         allreduce = _allreduce(names, ran, slow_link)
         base = synthetic_baselines({"nodes": [{"name": nm} for nm in names], "allreduce": allreduce}, files=1, runs=3,
                                    slow_link=slow_link)[0]
-        checks = B.compare(base, allreduce, master, B.DEFAULT_TOLERANCE, B.DEFAULT_LINK_TOLERANCE)
-        allreduce["baseline"] = {"path": "inventory/synthetic/.provision/baseline.json", "tolerance": B.DEFAULT_TOLERANCE,
-                                 "link_tolerance": B.DEFAULT_LINK_TOLERANCE, "saved_at": base["saved_at"],
+        checks = B.compare(base, allreduce, master, _TOL, _LINK_TOL)
+        allreduce["baseline"] = {"path": "inventory/synthetic/.provision/baseline.json", "tolerance": _TOL,
+                                 "link_tolerance": _LINK_TOL, "saved_at": base["saved_at"],
                                  "comparable": True, "differences": [], "checks": checks}
         for c in checks:
             nodes[c["node"]]["checks"].append(c)

@@ -198,9 +198,9 @@ def test_the_lab_inventory_raises_the_waits_of_a_lab_larger_than_its_machine():
     assert inv.lab_scales(32, 16) == {"login": 1, "ring": 1}
     assert inv.lab_scales(3, None) == {"login": 1, "ring": 1}
 
-    for role, var, _kind in inv._SCALED:
-        assert isinstance(inv._role_default(role, var), int), (role, var)
-    assert inv._role_default("pdsh", "pdsh_connect_timeout") == yaml.safe_load(
+    for var, _kind in inv._SCALED:
+        assert isinstance(inv._role_default(var), int), var
+    assert inv._role_default("pdsh_connect_timeout") == yaml.safe_load(
         (REPO_ROOT / "roles/pdsh/defaults/main.yml").read_text())["pdsh_connect_timeout"]
 
 

@@ -69,7 +69,7 @@ def _parse_node_options(values: tuple[str, ...]) -> dict[int, list[str]]:
 @click.option("--node-option", "node_options", multiple=True, metavar="I:OPTS",
               help="Extra podman run options for node I, e.g. '2:--ulimit=memlock=65536:65536'.")
 @click.option("--root-password-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Root password login only (first-contact tests): sshd started on 2222 (no init), or "
+              help="Root password login only (first-contact tests): sshd started on the cluster's sshd_port (no init), or "
                    "the systemd node's own sshd on 22 (--init systemd).")
 @click.option("--login", "login", default=None, type=click.Choice(["root", "sudo", "sudo-password"]),
               envvar="PROVISION_LAB_LOGIN",

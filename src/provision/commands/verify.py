@@ -20,6 +20,9 @@ from provision.app import Application
 from provision.commands._options import ansible_args, ansible_options, deprecated
 from provision.terminal import Terminal, make_table
 
+# where each setting's default is written (roles/verify/defaults/main.yml for verify's own)
+_SETTINGS = ansible.collection_module("settings")
+
 
 class Progress:
     """One status line on stderr while ansible-playbook runs (a spinner on a terminal)."""
@@ -188,8 +191,9 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
                    "every pair's keys compared in the files; inventory variable verify_matrix: full does the same).")
 @click.option("--save-baseline", is_flag=True,
               help="With --smoke (implied): keep this run's all-reduce figures as the cluster's baseline, which later "
-                   "--smoke runs are compared with (busbw within -e verify_baseline_tolerance, default 0.10; each "
-                   "link within verify_baseline_link_tolerance, default 0.25).")
+                   "--smoke runs are compared with (busbw within -e verify_baseline_tolerance, default %s; each "
+                   "link within verify_baseline_link_tolerance, default %s)."
+                   % (_SETTINGS.default("verify_baseline_tolerance"), _SETTINGS.default("verify_baseline_link_tolerance")))
 @click.option("--baseline", "baseline", metavar="FILE", default=None,
               help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
 @click.option("--timeout", default=None, type=click.FloatRange(1), metavar="SECONDS",

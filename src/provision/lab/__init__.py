@@ -381,7 +381,17 @@ _SSHD_PASSWORD_SETUP = (
     "set -e; chpasswd; "
     "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\nKbdInteractiveAuthentication no\\n' "
     "> /etc/ssh/sshd_config.d/00-lab-password.conf; ssh-keygen -A >/dev/null; mkdir -p /run/sshd; "
-    "/usr/sbin/sshd -p 2222")
+    "/usr/sbin/sshd -p %d")
+
+
+def _cluster_ssh_port() -> int:
+    """The sshd role's port (sshd_port's default, cluster_plan.DEFAULTS): where the lab inventory reaches
+    a node over ssh."""
+    from provision.ansible import collection_module
+
+    return int(collection_module("cluster_plan").DEFAULT_SSH_PORT)
+
+
 # systemd nodes: the VM's own sshd (port 22, run by systemd) takes the password login
 _SSHD_PASSWORD_SETUP_SYSTEMD = (
     "set -e; chpasswd; "
@@ -561,7 +571,7 @@ def up(spec: LabSpec, *, log=print, setup: bool = True) -> dict:
                 booted = len(started)
             if spec.password and spec.init != "systemd":
                 # the password goes through stdin: never on a command line
-                _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP],
+                _run(["podman", "exec", "-i", cname, "sh", "-c", _SSHD_PASSWORD_SETUP % _cluster_ssh_port()],
                      input_text=f"root:{spec.password}\n")
         if spec.init == "systemd" and started[booted:]:
             wait_booted(started[booted:], log=log)

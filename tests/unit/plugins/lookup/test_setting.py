@@ -48,7 +48,7 @@ def test_role_defaults_are_templated_for_the_node(tmp_path):
     assert got["dir"] == "~alice/.provision/launch"
     assert int(got["nofile"]) > 0
     assert got["unknown"] is None
-    assert got["block"] == "cluster"  # "{{ cluster_group | default('cluster') }}", the verify mesh check's block name
+    assert got["block"] == "cluster"  # cluster_group through the lookup (cluster_plan.DEFAULTS): the verify mesh check's block name
 
 
 def test_the_node_value_wins_over_the_role_default(tmp_path):

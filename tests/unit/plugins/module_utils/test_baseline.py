@@ -6,6 +6,10 @@ import copy
 
 import helpers  # noqa: F401
 from ansible_collections.provision.cluster.plugins.module_utils import baseline as B
+from ansible_collections.provision.cluster.plugins.module_utils.settings import default
+
+# the defaults the verify role writes (verify_baseline_tolerance 0.10, verify_baseline_link_tolerance 0.25)
+TOLERANCES = (default("verify_baseline_tolerance"), default("verify_baseline_link_tolerance"))
 
 INPUTS = {"config": {"backend": "gloo", "sizes": ["64M"]}, "python": "/opt/provision/venv/bin/python",
           "nodes": {"n1": {"rank": 0, "address": "10.0.0.1", "versions": {"torch": "2.13.0"}, "boot_id": "a"},
@@ -21,7 +25,7 @@ def test_a_run_like_the_baseline_passes_and_a_reboot_does_not_make_it_stale():
     later["fingerprint_inputs"]["nodes"]["n1"]["boot_id"] = "rebooted"
     later["rows"][1]["busbw"] = 0.57                       # 5% slower: within 10%
     assert B.comparable(base, later) == (True, [])
-    (c,) = B.compare(base, later, "n1")
+    (c,) = B.compare(base, later, "n1", *TOLERANCES)
     assert c["status"] == "pass" and c["detail"].startswith("within 10% of the baseline")
 
 
@@ -30,7 +34,7 @@ def test_a_slower_run_and_a_slower_link_fail_naming_size_and_link():
     slow = copy.deepcopy(GREEN)
     slow["rows"][1]["busbw"] = 0.3
     slow["tcp_ring"][1]["gbps"] = 0.1
-    out = {c["check"]: c for c in B.compare(base, slow, "n1")}
+    out = {c["check"]: c for c in B.compare(base, slow, "n1", *TOLERANCES)}
     assert out["allreduce baseline"]["status"] == "fail"
     assert "67108864 B: 0.3 GB/s, 50% below 0.6" in out["allreduce baseline"]["detail"]
     link = out["link n2->n1 baseline"]
@@ -42,14 +46,14 @@ def test_a_link_has_its_own_wider_tolerance():
     base = B.make(GREEN, saved_at=0)
     jitter = copy.deepcopy(GREEN)
     jitter["tcp_ring"][0]["gbps"] = 0.8                    # one TCP stream 20% below: within 25%
-    (c,) = B.compare(base, jitter, "n1")
+    (c,) = B.compare(base, jitter, "n1", *TOLERANCES)
     assert c["status"] == "pass" and "each link within 25%" in c["detail"]
     jitter["rows"][1]["busbw"] = 0.48                      # busbw 20% below: beyond 10%
-    assert [x["check"] for x in B.compare(base, jitter, "n1")] == ["allreduce baseline"]
+    assert [x["check"] for x in B.compare(base, jitter, "n1", *TOLERANCES)] == ["allreduce baseline"]
     # the lab's healthy run that failed CI: a link 51% below a one-run baseline, within the lab's 0.75
     lab = copy.deepcopy(GREEN)
     lab["tcp_ring"][0]["gbps"] = 0.485 / 0.981
-    assert [x["check"] for x in B.compare(base, lab, "n1") if x["status"] == "fail"] == ["link n1->n2 baseline"]
+    assert [x["check"] for x in B.compare(base, lab, "n1", *TOLERANCES) if x["status"] == "fail"] == ["link n1->n2 baseline"]
     assert B.compare(base, lab, "n1", 0.5, 0.75)[0]["status"] == "pass"
 
 
@@ -75,7 +79,7 @@ def test_each_save_adds_a_sample_and_the_median_is_compared():
     assert len(base["samples"]) == 3 and base["rows"][1] == {"bytes": 64 << 20, "busbw": 0.6}
     usual = copy.deepcopy(GREEN)
     usual["rows"][1]["busbw"] = 0.56
-    assert B.compare(base, usual, "n1")[0]["status"] == "pass"   # a lucky run did not raise the bar
+    assert B.compare(base, usual, "n1", *TOLERANCES)[0]["status"] == "pass"   # a lucky run did not raise the bar
     other = copy.deepcopy(GREEN)
     other["fingerprint_inputs"]["nodes"]["n2"]["address"] = "10.0.0.9"
     assert len(B.make(other, saved_at=3, old=base)["samples"]) == 1  # another cluster: a new baseline
@@ -89,14 +93,14 @@ def test_a_drop_at_a_latency_bound_size_warns_and_a_drop_at_a_large_size_fails()
     # the lab's healthy run that failed CI once: 1 MiB 64% below a one-run baseline, 64 MiB within it
     noisy = copy.deepcopy(GREEN)
     noisy["rows"][0]["busbw"] = 0.072
-    out = B.compare(base, noisy, "n1")
+    out = B.compare(base, noisy, "n1", *TOLERANCES)
     assert [(c["check"], c["status"]) for c in out] == [("allreduce baseline small sizes", "warn"),
                                                          ("allreduce baseline", "pass")]
     assert "1048576 B: 0.072 GB/s, 64% below 0.2" in out[0]["detail"] and "below 16777216 B" in out[0]["detail"]
     assert "at 16777216 B and above" in out[1]["detail"]
     both = copy.deepcopy(noisy)
     both["rows"][1]["busbw"] = 0.3
-    out = {c["check"]: c for c in B.compare(base, both, "n1")}
+    out = {c["check"]: c for c in B.compare(base, both, "n1", *TOLERANCES)}
     assert out["allreduce baseline"]["status"] == "fail" and "1048576" not in out["allreduce baseline"]["detail"]
     assert out["allreduce baseline small sizes"]["status"] == "warn"
     # every size small (allreduce_smoke_sizes: [64K, 1M]): the largest is judged as the bandwidth figure
@@ -104,7 +108,7 @@ def test_a_drop_at_a_latency_bound_size_warns_and_a_drop_at_a_large_size_fails()
     base = B.make(small, saved_at=0)
     slower = copy.deepcopy(small)
     slower["rows"][1]["busbw"] = 0.1
-    (c,) = B.compare(base, slower, "n1")
+    (c,) = B.compare(base, slower, "n1", *TOLERANCES)
     assert c["status"] == "fail" and "1048576 B: 0.1 GB/s, 50% below 0.2" in c["detail"]
 
 
@@ -120,7 +124,8 @@ def test_saving_never_writes_through_a_link_planted_at_a_predictable_temporary_n
     victim = tmp_path / "victim"
     victim.write_text("keep me\n")
     (tmp_path / f"baseline.json.{os.getpid()}.tmp").symlink_to(victim)
-    out = ActionModule._baseline(None, GREEN, {"baseline": str(path), "save_baseline": True}, "n1")
+    out = ActionModule._baseline(None, GREEN, {"baseline": str(path), "save_baseline": True}, "n1",
+                                 default)
     assert out["saved"] is True and victim.read_text() == "keep me\n"
     assert json.loads(path.read_text())["schema"] == B.SCHEMA and oct(path.stat().st_mode & 0o777) == "0o600"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["baseline.json", "victim", f"baseline.json.{os.getpid()}.tmp"])

@@ -10,6 +10,8 @@ import pytest
 from unit.netenv_trees import H100_NET, NETENV, net_tree, seed_ib_tree
 
 from ansible_collections.provision.cluster.plugins.module_utils import netinfo as ni
+from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import DEFAULT_SSH_PORT
+from ansible_collections.provision.cluster.plugins.module_utils.settings import default
 import helpers
 from helpers import REPO
 
@@ -282,7 +284,9 @@ def test_module_read_only_report_for_verify(tmp_path):
     """fail_on_error=false (what verify uses): problems come back as checks, the module does not fail."""
     sys_root, proc_root = net_tree(tmp_path, LAB_FULL / "node1")
     args = {"peers": [{"name": "node2", "address": "10.90.152.34"}], "self_name": "node1",
-            "fail_on_error": False, "_ansible_check_mode": True, "sys_root": str(sys_root), "proc_root": str(proc_root)}
+            "fail_on_error": False, "_ansible_check_mode": True, "sys_root": str(sys_root), "proc_root": str(proc_root),
+            # what verify and the nccl_net role pass: the plan's sshd port, the role's probe timeout
+            "probe_port": DEFAULT_SSH_PORT, "probe_timeout": default("nccl_net_probe_timeout")}
     result = helpers.run_module("nccl_net_facts", args, env={})
     assert not result.get("failed")
     check = next(c for c in result["checks"] if c["check"] == "nccl_net.socket_ifname")
