@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import helpers  # noqa: F401  (puts collections/ on sys.path)
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils import settings
 from ansible_collections.provision.cluster.plugins.module_utils import mesh_audit as M
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (authorized_keys_lines, etc_hosts_lines,
                                                                               merge_block, render_known_hosts,
@@ -124,9 +125,20 @@ def test_verify_logs_in_on_the_ring_by_default_and_everywhere_with_full():
     hosts = ["n%d" % i for i in range(1, 33)]
 
     def var(extra):
-        return lambda name, default=None: extra.get(name, default)
+        """The host's variables, else the defaults where they are written (untemplated: the templated ones,
+        e.g. ssh_mesh_block_name from cluster_group, are given; tests/unit/plugins/lookup/test_setting.py
+        templates them)."""
+        def get(name, default=None):
+            if name in extra:
+                return extra[name]
+            try:
+                value = settings.default(name)
+            except KeyError:
+                return default
+            return default if isinstance(value, str) and "{{" in value else value
+        return get
 
-    ring = K.Context("n5", plan, hosts, var({}))
+    ring = K.Context("n5", plan, hosts, var({"ssh_mesh_block_name": "cluster"}))
     assert K.BY_NAME["mesh"].args(ring)["nodes"] == ["n5", "n6", "n21"]
     assert K.BY_NAME["mesh"].args(ring)["summary"] is True
     assert K.BY_NAME["mesh"].args(ring)["block_name"] == "cluster"
