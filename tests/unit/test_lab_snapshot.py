@@ -87,3 +87,17 @@ def test_a_snapshot_whose_image_is_gone_is_not_listed(monkeypatch, tmp_path):
         returncode = 1
     monkeypatch.setattr(snap, "podman", lambda *a, **kw: Proc())
     assert snap.load("s1") is None and snap.listing() == []
+
+
+def test_the_listing_shows_whole_names_on_a_narrow_terminal(monkeypatch):
+    # what `lab up --from` takes must be copyable: rich cut it to "ld-four-4n-d49fc09…" at 80 columns
+    from click.testing import CliRunner
+
+    from provision.cli import cli
+
+    name = "ld-four-4n-d49fc0950b90"
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setattr(snap, "listing", lambda: [{"snapshot": name, "lab": "ld-four", "subnet": 186,
+                                                   "created": "2026-11-27 11:01:35", "nodes": [1, 2, 3, 4]}])
+    out = CliRunner().invoke(cli, ["lab", "snapshots"]).output
+    assert name in out and "2026-11-27 11:01:35" in out, out

@@ -189,6 +189,10 @@ def lab_snapshots(json_mode: bool) -> None:
         term.emit_json({"snapshots": [dict(s, nodes=len(s["nodes"])) for s in found]})
         return
     table = make_table("lab snapshots", ["snapshot", "from lab", "nodes", "network", "saved"])
+    # whole names: they are what `lab up --from` takes (a narrow terminal wraps the other columns)
+    for column, values in ((0, [s["snapshot"] for s in found]), (4, [s["created"] for s in found])):
+        table.columns[column].no_wrap = True
+        table.columns[column].min_width = max(map(len, values), default=0)
     for s in found:
         table.add_row(s["snapshot"], s["lab"], str(len(s["nodes"])), f"10.89.{s['subnet']}.0/24", s["created"])
     term.table(table)
