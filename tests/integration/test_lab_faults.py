@@ -90,7 +90,7 @@ def _probe(lab, node: int, *args) -> float:
 
 
 def _fault(lab, *args, check=True):
-    return lab_cmd("fault", lab.name, *args, lab_name=lab.name, check=check)
+    return lab_cmd("fault", *args, lab_name=lab.name, check=check)
 
 
 def _faults(lab) -> dict:
@@ -172,8 +172,10 @@ def test_a_frozen_node_answers_nothing_within_a_bound_and_thaws(lab):
     try:
         proc = node_exec(lab.name, 1, f"timeout 20 python3 /tmp/probe.py send {lab.addr[2]} 3", check=False,
                          timeout=bounds.COMMAND)
-        # the handshake completes (the kernel answers), then nothing: the send blocks until `timeout` ends it
-        assert proc.returncode == 124, (proc.returncode, proc.stdout, proc.stderr)
+        # the handshake completes (the kernel answers), then nothing: the send blocks until `timeout` ends it,
+        # or, once the frozen peer's buffers are full (sooner on a loaded host), the probe's own 5 s send bound
+        stalled = proc.returncode == 124 or (proc.returncode == 1 and "TimeoutError" in proc.stderr)
+        assert stalled, (proc.returncode, proc.stdout, proc.stderr)
         assert _faults(lab)["node2"] == {"frozen": True}
         doc = json.loads(lab_cmd("status", "--json", lab_name=lab.name, check=False).stdout)
         assert doc["nodes"][1]["state"] == "paused" and doc["up"] is False
