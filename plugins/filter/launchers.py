@@ -405,12 +405,14 @@ def launch_env(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFA
 
 def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DEFAULT_SSH_PORT,
                  python="python3", use_gpu=True, header=None, sbatch_directives=None, environment=None,
-                 launch_dir=None):
+                 launch_dir=None, environment_known=True):
     """Every file of the launch directory for node NAME: {filename: {"content": str, "mode": "0644"}}.
 
     The scripts refer to the files next to them (wherever the directory is). ENVIRONMENT: the node's
     merged cluster environment (the shell_env role's), written as cluster.env.sh, which every script
-    sources; LAUNCH_DIR: the directory as configured (launchers_dir), for sbatch.sh's copy to find it."""
+    sources; LAUNCH_DIR: the directory as configured (launchers_dir), for sbatch.sh's copy to find it.
+    ENVIRONMENT_KNOWN false (launchers run alone, with no shell_env merge in this run or the fact cache, e.g.
+    from another inventory): cluster.env.sh is written only where it is missing, never emptied."""
     nodes = _Checked(_check(nodes))
     d = HERE
     env_file = "launch.env"
@@ -426,6 +428,8 @@ def launch_files(nodes, name, master_addr, master_port=DEFAULT_PORT, ssh_port=DE
 
     if cluster_env:
         add(CLUSTER_ENV, cluster_env_script(environment, header))
+        if not environment_known:
+            files[CLUSTER_ENV]["keep"] = True
     add("launch.env", launch_env(nodes, name, master_addr, master_port, ssh_port, header=header))
     add("hostfile.deepspeed", deepspeed_hostfile(nodes, header=header))
     add("hostfile.mpi", mpi_hostfile(nodes, header=header))

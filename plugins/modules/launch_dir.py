@@ -24,7 +24,9 @@ options:
     description: User owning the directory and files (its primary group too).
     type: str
   files:
-    description: "C({name: {content: str, mode: '0644'}}): the files to have."
+    description:
+      - "C({name: {content: str, mode: '0644'}}): the files to have."
+      - "C(keep: true) in an entry: write that file only where it is missing (its content is a fallback)."
     type: dict
     required: true
   absent:
@@ -173,6 +175,8 @@ def write_dir(module, path, pw, files):
         if made_dir and module.check_mode:
             written.append(name)
             continue
+        if files[name].get("keep") and os.path.lexists(target):
+            continue   # written only where it is missing: what the node has is not known better here
         if w.write(target, files[name]["content"], mode=file_mode(files[name]), owner=owner):
             written.append(name)
     removed = []

@@ -325,3 +325,24 @@ def test_launch_files_checks_and_counts_once_and_renders_as_each_renderer_alone(
         L.launch_files(twice, "node1", "10.0.0.1")
     with pytest.raises(L.LaunchError, match="empty"):
         L.launch_files([], "node1", "10.0.0.1")
+
+
+def test_an_unknown_environment_never_empties_the_nodes_cluster_env(tmp_path):
+    """launchers run alone from another inventory (its own fact cache: no shell_env merge known) once wrote an
+    empty cluster.env.sh over the node's, and every launcher lost the venv: unknown keeps what the node has."""
+    env = {"env": {"VIRTUAL_ENV": "/opt/provision/venv"}, "path": ["/opt/provision/venv/bin"]}
+    known = L.launch_files(nodes(2, 1), "node1", "10.0.0.1", environment=env)
+    unknown = L.launch_files(nodes(2, 1), "node1", "10.0.0.1", environment={}, environment_known=False)
+    assert "keep" not in known["cluster.env.sh"] and unknown["cluster.env.sh"]["keep"] is True
+    # the scripts source it either way
+    assert unknown["deepspeed.sh"]["content"] == known["deepspeed.sh"]["content"]
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    (launch / "cluster.env.sh").write_text("export VIRTUAL_ENV=/opt/provision/venv\n")
+    res = helpers.run_module("launch_dir", {"path": str(launch), "files": unknown, "absent": []})
+    assert "cluster.env.sh" not in res["written"] and "deepspeed.sh" in res["written"], res
+    assert (launch / "cluster.env.sh").read_text() == "export VIRTUAL_ENV=/opt/provision/venv\n"
+    # a node that has none gets the fallback
+    (launch / "cluster.env.sh").unlink()
+    res = helpers.run_module("launch_dir", {"path": str(launch), "files": unknown, "absent": []})
+    assert "cluster.env.sh" in res["written"] and (launch / "cluster.env.sh").exists()
