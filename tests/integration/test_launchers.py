@@ -50,7 +50,7 @@ rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.tensor([rank + 1.0])
 dist.all_reduce(t)
 env = " ".join("env.%s=%s" % (k, v) for k, v in sorted(os.environ.items())
-               if k == "PATH" or k.startswith(("NCCL_", "GLOO_")))
+               if k in ("PATH", "VIRTUAL_ENV", "WCOLL") or k.startswith(("NCCL_", "GLOO_", "PDSH_")))
 # the record and its newline in one write (a relaying launcher cannot put another node's text between)
 os.write(1, ("PROBE host=%s rank=%d world=%d group_rank=%s sum=%d exe=%s %s\\n" % (socket.gethostname(), rank, world,
          os.environ.get("GROUP_RANK", "-"), int(t.item()), sys.executable, env)).encode())
@@ -65,7 +65,7 @@ acc = Accelerator()
 t = torch.tensor([acc.process_index + 1.0])
 dist.all_reduce(t)
 env = " ".join("env.%s=%s" % (k, v) for k, v in sorted(os.environ.items())
-               if k == "PATH" or k.startswith(("NCCL_", "GLOO_")))
+               if k in ("PATH", "VIRTUAL_ENV", "WCOLL") or k.startswith(("NCCL_", "GLOO_", "PDSH_")))
 os.write(1, ("PROBE host=%s rank=%d world=%d type=%s backend=%s sum=%d exe=%s %s\\n" % (socket.gethostname(),
          acc.process_index, acc.num_processes, acc.distributed_type.value, acc.state.backend, int(t.item()),
          sys.executable, env)).encode())
@@ -210,7 +210,9 @@ def test_check_mode_changes_nothing(rendered):
 
 # ---- the real launchers, over the fabric the roles make ------------------------------------
 
-FABRIC_TAGS = "sshd,ssh_mesh,nccl_net,shell_env,launchers"
+# every stage that exports to the environment block runs here (python_env: VIRTUAL_ENV and PATH, pdsh, nccl_net):
+# shell_env merges what this run's stages export, and a stage left out would only be known from the fact cache
+FABRIC_TAGS = "python_env,sshd,ssh_mesh,pdsh,nccl_net,shell_env,launchers"
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +228,7 @@ def fabric(rendered):
     started = time.monotonic()
     res = run_playbook("site.yml", lab_name=LAB, extra_args=["--tags", FABRIC_TAGS], timeout=bounds.STAGES)
     assert res.rc == 0, res
-    print(f"sshd, ssh_mesh, nccl_net, shell_env, launchers stages: {time.monotonic() - started:.0f} s")
+    print(f"{FABRIC_TAGS} stages: {time.monotonic() - started:.0f} s")
     blocks = {}
     for node in (1, 2):
         text = node_exec(LAB, node, "sed -n '/^# BEGIN provision managed environment/,/^# END provision managed/p' "
