@@ -219,6 +219,29 @@ def probe_lines(text: str) -> list[dict]:
 TORCH_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"
 
 
+class CheckVars(dict):
+    """A catalog Context's `var` without Ansible: this node's variables, else where the default is written
+    (cluster_plan.DEFAULTS, the role's defaults file; untemplated), as verify's resolver answers;
+    hostvar(h, name): another node's, from OTHERS."""
+
+    def __init__(self, mine=None, others=None):
+        super().__init__(mine or {})
+        self.others = others or {}
+
+    def __call__(self, name, default=None):
+        from ansible_collections.provision.cluster.plugins.module_utils import settings
+
+        if name in self:
+            return self[name]
+        try:
+            return settings.default(name)
+        except KeyError:
+            return default
+
+    def hostvar(self, host, name, default=None):
+        return (self.others.get(host) or {}).get(name, default)
+
+
 def provision_wheelhouse(out: Path) -> Path:
     """provision built from this checkout and its dependencies, as wheels in `out` (the controller's Python is
     the lab nodes' 3.11): what a node without the internet installs provision from."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-import helpers  # noqa: F401  (puts collections/ on sys.path)
+import helpers  # (puts collections/ on sys.path)
 import pytest
 import yaml
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
@@ -202,19 +202,7 @@ def test_every_verify_setting_has_a_spec_and_one_default():
 
 # ---------------------------------------------------------------- verify runs a check with its stage's bounds
 
-class RoleVar(dict):
-    """ctx.var as verify's resolver answers it: the node's variable, else where the default is written."""
-
-    def __call__(self, name, default=None):
-        if name in self:
-            return self[name]
-        try:
-            return settings.default(name)
-        except KeyError:
-            return default
-
-    def hostvar(self, host, name, default=None):
-        return default
+RoleVar = helpers.CheckVars
 
 
 PLAN = {"address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1", "master_port": 29500,

@@ -3,34 +3,16 @@ and which stage result of this run stands in for a check inside site.yml."""
 
 from __future__ import annotations
 
-import helpers  # noqa: F401  (puts collections/ on sys.path)
+import helpers  # (puts collections/ on sys.path)
 import pytest
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
-from ansible_collections.provision.cluster.plugins.module_utils import settings
 
 PLAN = {"nodes": [{"name": "n1", "address": "10.0.0.1"}, {"name": "n2", "address": "10.0.0.2"}],
         "hosts": ["n1", "n2"], "address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1",
         "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222, "user": "train"}
 
 
-class Var(dict):
-    """ctx.var: this node's variables, else where the default is written (as verify's resolver answers,
-    untemplated); hostvar(h, name) another's."""
-
-    def __init__(self, mine, others=None):
-        super().__init__(mine)
-        self.others = others or {}
-
-    def __call__(self, name, default=None):
-        if name in self:
-            return self[name]
-        try:
-            return settings.default(name)
-        except KeyError:
-            return default
-
-    def hostvar(self, host, name, default=None):
-        return (self.others.get(host) or {}).get(name, default)
+Var = helpers.CheckVars
 
 
 def ctx(mine=None, others=None, host="n1"):

@@ -4,9 +4,8 @@
 The keys are real ed25519 keys made with ssh-keygen for these tests (3 user keys, 3 host keys)."""
 from __future__ import annotations
 
-import helpers  # noqa: F401  (puts collections/ on sys.path)
+import helpers  # (puts collections/ on sys.path)
 from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
-from ansible_collections.provision.cluster.plugins.module_utils import settings
 from ansible_collections.provision.cluster.plugins.module_utils import mesh_audit as M
 from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (authorized_keys_lines, etc_hosts_lines,
                                                                               merge_block, render_known_hosts,
@@ -124,19 +123,7 @@ def test_verify_logs_in_on_the_ring_by_default_and_everywhere_with_full():
     plan = {"nodes": [], "address_of": {}, "ssh_port": 2222, "user": "root"}
     hosts = ["n%d" % i for i in range(1, 33)]
 
-    def var(extra):
-        """The host's variables, else the defaults where they are written (untemplated: the templated ones,
-        e.g. ssh_mesh_block_name from cluster_group, are given; tests/unit/plugins/lookup/test_setting.py
-        templates them)."""
-        def get(name, default=None):
-            if name in extra:
-                return extra[name]
-            try:
-                value = settings.default(name)
-            except KeyError:
-                return default
-            return default if isinstance(value, str) and "{{" in value else value
-        return get
+    var = helpers.CheckVars   # the templated default of ssh_mesh_block_name (cluster_group) is given where it counts
 
     ring = K.Context("n5", plan, hosts, var({"ssh_mesh_block_name": "cluster"}))
     assert K.BY_NAME["mesh"].args(ring)["nodes"] == ["n5", "n6", "n21"]
