@@ -211,20 +211,27 @@ def test_rendered_sbatch_runs_the_two_node_job_through_srun(torch_nodes, tmp_pat
     script = node_exec(slurm3.name, 1, f"cat {LAUNCH}/sbatch.sh").stdout
     assert "#SBATCH --nodes=2\n" in script and "srun --export=ALL --kill-on-bad-exit=1" in script, script
     t0 = time.monotonic()
-    # --wait: sbatch returns when the job ends, with its exit code; the job may not take more than 5 min
-    proc = node_exec(slurm3.name, 1, f"cd {LAUNCH} && timeout 420 sbatch --parsable --wait --time=5 "
-                                     f"--nodelist=node1,node2 sbatch.sh /tmp/probe.py", check=False, timeout=bounds.JOB)
+    job, out, seen = _sbatch_probe(slurm3, f"cd {LAUNCH} && timeout 420 sbatch")
     took = time.monotonic() - t0
+    # one srun task per node (SLURM_PROCID 0 and 1), each a torchrun with one rank
+    assert sorted(p["slurm_procid"] for p in seen) == ["0", "1"], out[-4000:]
+    acct = node_exec(slurm3.name, 1, f"scontrol show job {job} -o", check=False).stdout
+    print(f"sbatch job {job}: 2 nodes, world size 2, {took:.1f} s from sbatch to its end; {acct[:200]}")
+
+
+def _sbatch_probe(slurm3, submit: str) -> tuple[str, str, list[dict]]:
+    """SUBMIT (the sbatch command line up to its options) of the rendered sbatch.sh running the probe on
+    node1 and node2 -> (job id, its output, the probe records); the job ran on both nodes, world size 2.
+    --wait: sbatch returns when the job ends, with its exit code; the job may not take more than 5 min."""
+    proc = node_exec(slurm3.name, 1, f"{submit} --parsable --wait --time=5 --nodelist=node1,node2 sbatch.sh /tmp/probe.py",
+                     check=False, timeout=bounds.JOB)
     job = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else "?"
     out = node_exec(slurm3.name, 1, f"cat {LAUNCH}/slurm-{job}.out", check=False).stdout
     assert proc.returncode == 0, f"sbatch: {proc.stdout}{proc.stderr}\njob output:\n{out[-4000:]}"
     seen = probe_lines(out)
     assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
         ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], out[-4000:]
-    # one srun task per node (SLURM_PROCID 0 and 1), each a torchrun with one rank
-    assert sorted(p["slurm_procid"] for p in seen) == ["0", "1"], out[-4000:]
-    acct = node_exec(slurm3.name, 1, f"scontrol show job {job} -o", check=False).stdout
-    print(f"sbatch job {job}: 2 nodes, world size 2, {took:.1f} s from sbatch to its end; {acct[:200]}")
+    return job, out, seen
 
 
 @pytest.mark.parametrize("submitter", ["export-none", "no-venv-shell"])
@@ -245,11 +252,4 @@ def test_sbatch_job_takes_its_environment_from_us_whoever_submits_it(torch_nodes
     assert f"{VENV}/bin/python -m torch.distributed.run" in script and "cluster.env.sh" in script, script
     submit = {"export-none": f"cd {LAUNCH} && timeout 420 sbatch --export=NONE",
               "no-venv-shell": f"cd {LAUNCH} && env -i PATH=/usr/bin:/bin HOME=/root timeout 420 sbatch"}[submitter]
-    proc = node_exec(slurm3.name, 1, f"{submit} --parsable --wait --time=5 --nodelist=node1,node2 sbatch.sh /tmp/probe.py",
-                     check=False, timeout=bounds.JOB)
-    job = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else "?"
-    out = node_exec(slurm3.name, 1, f"cat {LAUNCH}/slurm-{job}.out", check=False).stdout
-    assert proc.returncode == 0, f"sbatch: {proc.stdout}{proc.stderr}\njob output:\n{out[-4000:]}"
-    seen = probe_lines(out)
-    assert sorted((p["host"], p["rank"], p["world"], p["sum"]) for p in seen) == [
-        ("node1", "0", "2", "3"), ("node2", "1", "2", "3")], out[-4000:]
+    _sbatch_probe(slurm3, submit)
