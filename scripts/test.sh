@@ -31,7 +31,8 @@ units_log=$(mktemp /tmp/provision-units-XXXXXX.log)
 start=$(date +%s)
 python -m pytest -m 'not lab and not molecule' -p no:cacheprovider >"$units_log" 2>&1 &
 units_pid=$!
-python -m pytest -m "$labs" -p no:cacheprovider
+# the 25 slowest lab steps close its output: where the suite's time goes, in every CI log
+python -m pytest -m "$labs" -p no:cacheprovider --durations=25 --durations-min=20
 labs_rc=$?
 wait "$units_pid"
 units_rc=$?

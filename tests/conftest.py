@@ -135,6 +135,14 @@ def scratch_lab(converged_lab):
 
 
 @pytest.fixture(scope="session")
+def provision_wheels(tmp_path_factory) -> Path:
+    """provision built from this checkout and its dependencies as wheels (helpers.provision_wheelhouse),
+    made once per session: the health check's installations on lab nodes (health timer, SLURM health
+    check, trust boundary) all install from it, none writes to it."""
+    return helpers.provision_wheelhouse(tmp_path_factory.mktemp("wheels") / "provision-wheels")
+
+
+@pytest.fixture(scope="session")
 def four_node_lab(lab_factory):
     """A 4-node lab on which site.yml ran green: the bad-node tests (issue 21) and the lifecycle
     tests (issue 24) share it; each test restores what it changed before it ends."""

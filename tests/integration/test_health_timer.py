@@ -15,7 +15,7 @@ import time
 
 import pytest
 import bounds
-from helpers import provision_wheelhouse, lab_name, node_exec, run_playbook
+from helpers import lab_name, node_exec, run_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -56,9 +56,9 @@ def wait_for(lab, want: str, after: float) -> float:
 
 
 @pytest.fixture(scope="module")
-def timer_lab(lab_factory, tmp_path_factory):
+def timer_lab(lab_factory, provision_wheels):
     lab = lab_factory(lab_name("timer"), nodes=1, options=["--init", "systemd"])
-    lab.wheels = provision_wheelhouse(tmp_path_factory.mktemp("wheels") / "health-wheels")
+    lab.wheels = provision_wheels
     yield lab
     node_exec(lab.name, 1, "pkill -f 'bind..0.0.0.0., 29500' || true", check=False)
 

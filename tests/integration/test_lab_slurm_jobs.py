@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import bounds
-from helpers import REPO, provision_wheelhouse, ansible_env, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
+from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
 
 pytestmark = pytest.mark.lab
 
@@ -56,13 +56,13 @@ def _install(lab: str, node: int, src: Path, packages: str, compile_: str = "") 
 
 
 @pytest.fixture(scope="module")
-def slurm3(lab_factory, tmp_path_factory):
+def slurm3(lab_factory, provision_wheels):
     """The 3-node SLURM lab; provision (from this checkout) in a venv on node2, for the health check."""
     t0 = time.monotonic()
     lab = lab_factory(lab_name("slurm3"), nodes=3, options=["--slurm"])
     up = time.monotonic() - t0
     nodes = json.loads(lab_cmd("status", "--json", lab_name=lab.name).stdout)["nodes"]
-    _install(lab.name, 2, provision_wheelhouse(tmp_path_factory.mktemp("wheels") / "provision-wheels"), "provision", "ansible provision")
+    _install(lab.name, 2, provision_wheels, "provision", "ansible provision")
     # what site.yml's ssh_mesh stage writes (/etc/hosts: names -> cluster addresses; gloo and c10d
     # need them) and node_runtime's soft nofile for login sessions; this module runs no other stage
     hosts = "".join(f"{n['address']} {n['name']}\n" for n in nodes)

@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from helpers import REPO, ansible_env, lab_name, node_exec, run_playbook, tool
@@ -65,22 +63,8 @@ def fatal_lines(res, node: str) -> list[str]:
     return out
 
 
-def _provision_wheels(tmp: Path) -> Path:
-    """provision built from this checkout, with its dependencies (the health check's install)."""
-    out = tmp / "provision-wheels"
-    out.mkdir()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)], check=True,
-                   capture_output=True, timeout=600)
-    own = next(out.glob("provision-*.whl"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(out), str(own)],
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot make provision's wheelhouse: {proc.stderr[-300:]}")
-    return out
-
-
 @pytest.fixture(scope="module")
-def lab(lab_factory, tmp_path_factory):
+def lab(lab_factory, provision_wheels):
     made = lab_factory(LAB, nodes=2)
     # the facts a lab of this name cached before (an earlier run of this test) are not this lab's: the
     # all-reduce would reuse their green result instead of running as the trainer
@@ -95,8 +79,7 @@ def lab(lab_factory, tmp_path_factory):
     assert first.rc == 0, first
     made.first_seconds = time.monotonic() - t0
     # the health check's own installation, root's (docs/slurm.md), on node1
-    wheels = _provision_wheels(tmp_path_factory.mktemp("wheels"))
-    subprocess.run(["podman", "cp", str(wheels), f"{LAB}-node1:/tmp/provision-wheels"], check=True, timeout=300)
+    subprocess.run(["podman", "cp", str(provision_wheels), f"{LAB}-node1:/tmp/provision-wheels"], check=True, timeout=300)
     node_exec(LAB, 1, f"python3 -m venv {HEALTH} && {HEALTH}/bin/pip install -q --no-compile --no-index "
                       f"--find-links /tmp/provision-wheels provision && rm -rf /tmp/provision-wheels", timeout=1500)
     node_exec(LAB, 1, f"printf '#!/bin/sh\\nexec {HEALTH}/bin/provision verify --local -e cluster_user={USER} "
