@@ -253,3 +253,31 @@ def test_lab_names_that_stay_fine_and_the_inventory_plugin_applies_the_same_rule
     for name in ("provlab", "t-trust", "sshit1a2b", "lab_2.x", "A" * 63):
         assert lab_core.check_name(name) == name
     assert inv.NAME_RULE == lab_core.NAME_RULE
+
+
+def test_every_image_of_a_release_fetches_its_debs_once(monkeypatch, tmp_path):
+    """CI builds up to eight node images on a fresh machine: the images of one release share one
+    debootstrap download cache (per release, kept between builds), and two releases never share one."""
+    from provision.lab import images
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "provision").mkdir()
+    monkeypatch.setattr(images, "cache_dir", lambda: tmp_path / "provision")
+    monkeypatch.setattr(images, "machine_lock", lambda *a, **kw: contextlib.nullcontext())
+    monkeypatch.setattr(images.shutil, "which", lambda name: "/usr/sbin/" + name)
+    argvs = []
+
+    def fake_run(argv, timeout=None, **kw):
+        argvs.append(argv)
+        raise images.LabError("stop after debootstrap")  # the rest of a build needs a real rootfs
+
+    monkeypatch.setattr(images, "_run", fake_run)
+    for flavour, release, init in (("full", "bookworm", "none"), ("bare", "bookworm", "systemd"),
+                                   ("bare", "trixie", "systemd")):
+        with pytest.raises(images.LabError, match="stop after"):
+            images._build_image("t", flavour, release=release, init=init, extras=(), log=lambda _m: None)
+    caches = [next(a for a in argv if a.startswith("--cache-dir=")) for argv in argvs]
+    assert caches[0] == caches[1] == f"--cache-dir={tmp_path / 'provision' / 'debootstrap' / 'bookworm'}"
+    assert caches[2].endswith("/debootstrap/trixie") and (tmp_path / "provision/debootstrap/trixie").is_dir()
+    assert all(argv[0] == "debootstrap" and "--variant=minbase" in argv for argv in argvs)
+    assert [argv[-3] for argv in argvs] == ["bookworm", "bookworm", "trixie"]

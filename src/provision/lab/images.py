@@ -124,6 +124,19 @@ def build_image(flavour: str = "full", *, release: str = SUITE, init: str = "non
         return _build_image(tag, flavour, release=release, init=init, extras=extras, log=log)
 
 
+def debootstrap_cache(release: str) -> Path:
+    """Where debootstrap keeps the .debs it fetched for RELEASE (kept between builds)."""
+    path = cache_dir() / "debootstrap" / release
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def debootstrap_argv(rec: dict, release: str, rootfs: Path, debs: Path) -> list[str]:
+    """debootstrap of a recipe's minbase + packages into ROOTFS, its .debs cached in DEBS (an absolute path)."""
+    return ["debootstrap", "--variant=minbase", f"--cache-dir={debs.resolve()}", "--include=" + ",".join(rec["packages"]),
+            release, str(rootfs), _debian_mirror()]
+
+
 def _build_image(tag: str, flavour: str, *, release: str, init: str, extras: tuple[str, ...], log) -> str:
     if shutil.which("debootstrap") is None and not Path("/usr/sbin/debootstrap").exists():
         raise LabError("debootstrap is missing; run `provision lab setup`")
@@ -134,8 +147,12 @@ def _build_image(tag: str, flavour: str, *, release: str, init: str, extras: tup
     rootfs = work / "rootfs"
     cmd = '["/sbin/init"]' if init == "systemd" else '["sleep", "infinity"]'
     try:
-        _run(["debootstrap", "--variant=minbase", "--include=" + ",".join(rec["packages"]),
-              release, str(rootfs), _debian_mirror()], timeout=1800)
+        # one download of each .deb per release: every image of that release (flavours, inits) and every
+        # rebuild after a recipe change takes it from the cache (debootstrap checks each against the
+        # release's Packages and fetches what changed); one debootstrap per release at a time uses it
+        debs = debootstrap_cache(release)
+        with machine_lock(f"debootstrap-{release}", timeout=1800, what=f"a debootstrap of {release}"):
+            _run(debootstrap_argv(rec, release, rootfs, debs), timeout=1800)
         _prepare_rootfs(rootfs, release=release, init=init, legacy="apt_sources" not in rec)
         tar = subprocess.Popen(
             ["tar", "-C", str(rootfs), "--exclude=./var/cache/apt/archives/*.deb",
