@@ -12,9 +12,7 @@ from helpers import REPO
 FRAGMENTS = sorted((REPO / "changelogs" / "fragments").glob("*.y*ml"))
 
 
-def sections() -> set[str]:
-    config = yaml.safe_load((REPO / "changelogs" / "config.yaml").read_text())
-    return {name for name, _title in config["sections"]} | {"trivial"}
+SECTIONS = {name for name, _title in yaml.safe_load((REPO / "changelogs" / "config.yaml").read_text())["sections"]} | {"trivial"}
 
 
 def test_there_are_fragments():
@@ -25,7 +23,7 @@ def test_there_are_fragments():
 def test_fragment_loads_and_names_known_sections(path):
     data = yaml.safe_load(path.read_text())
     assert isinstance(data, dict) and data, f"{path.name}: not a mapping of sections"
-    unknown = set(data) - sections()
+    unknown = set(data) - SECTIONS
     assert not unknown, f"{path.name}: unknown sections {sorted(unknown)} (changelogs/config.yaml)"
     for section, entries in data.items():
         assert isinstance(entries, list) and entries, f"{path.name}: {section} is not a list of entries"
