@@ -22,8 +22,10 @@ pytestmark = pytest.mark.lab
 # the 60 s from the fault's run start is measured in benchmarks (the machine's load moves it);
 # here: a fault is named without waiting out verify's bound (bounds.well_before)
 # the lab's healthy runs spread -8%/+30% around their median at 64 MiB, and one link's TCP figure 0.41-1.31
-# GB/s (shared cores: docs/performance.md, "Finding the bad node"); a link at a tenth costs -90%
-LAB_TOLERANCE = "0.5"
+# GB/s (shared cores: docs/performance.md, "Finding the bad node"); a CI run measured a healthy 64 MiB
+# busbw 53% below a one-run baseline (2026-11-27), while a link at a tenth costs -87% of busbw and -90% of
+# the link: 0.7 sits between the two for busbw, 0.75 for the links
+LAB_TOLERANCE = "0.7"
 LAB_LINK_TOLERANCE = "0.75"
 TOLERANCES = ("-e", f"verify_baseline_tolerance={LAB_TOLERANCE}", "-e", f"verify_baseline_link_tolerance={LAB_LINK_TOLERANCE}")
 
