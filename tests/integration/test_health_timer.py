@@ -1,6 +1,6 @@
 """Health on a timer without SLURM (issue 35), on a systemd lab node (`--init systemd`): the
 health_timer role installs provision into a root-owned venv and a systemd timer that runs
-`provision verify --local` every 30 s; a fault (a listener on the rendezvous port 29500) is seen
+`provision verify --local` every 15 s; a fault (a listener on the rendezvous port 29500) is seen
 within one interval plus one run, the Prometheus textfile's check flips to fail and a journal line
 names it; once the listener is gone the next run flips it back. A second run of the role changes
 nothing; health_timer_enabled: false removes it all.
@@ -19,7 +19,7 @@ from helpers import lab_name, node_exec, run_playbook
 
 pytestmark = pytest.mark.lab
 
-INTERVAL = 30
+INTERVAL = 15
 # one run of verify --local may take this long on the shared 2-core machine (45 s slurmd's limit is
 # not ours here); the fault must show within one interval plus one run
 RUN_TIMEOUT = int(bounds.scaled(150))
