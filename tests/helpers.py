@@ -256,6 +256,19 @@ def provision_wheelhouse(out: Path) -> Path:
     return out
 
 
+def install_wheels(lab: str, node: int, src: Path, venv: str, packages: str, compile_: str = "") -> None:
+    """pip install PACKAGES into VENV on the node from the wheels in SRC (copied in, removed after), without
+    compiling every .py (torch's thousands of files cost minutes of CPU on the shared machine); COMPILE_: the
+    packages to compile (what a check imports on every run). The venv is made when missing."""
+    tmp = f"/tmp/wh-{src.name}"
+    subprocess.run(["podman", "cp", str(src), f"{lab}-node{node}:{tmp}"], check=True, timeout=bounds.INSTALL)
+    site = f"{venv}/lib/python3*/site-packages"
+    node_exec(lab, node, f"test -x {venv}/bin/python || python3 -m venv {venv}; "
+                         f"{venv}/bin/pip install -q --no-compile --no-index --find-links {tmp} {packages} && rm -rf {tmp}"
+                         + (f" && {venv}/bin/python -m compileall -q " + " ".join(f"{site}/{c}" for c in compile_.split())
+                            + " >/dev/null" if compile_ else ""), timeout=bounds.INSTALL)
+
+
 def torch_wheelhouse() -> Path:
     """torch 2.13.0 and numpy for lab nodes, downloaded once on the controller (cached between runs);
     torch does not require numpy, but the nodes install both (torch warns without it)."""

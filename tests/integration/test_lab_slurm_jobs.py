@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import bounds
-from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
+from helpers import REPO, ansible_env, install_wheels, lab_cmd, lab_name, node_exec, nodelist_inventory, probe_lines, run_playbook, tool, torch_wheelhouse
 
 pytestmark = pytest.mark.lab
 
@@ -42,19 +42,6 @@ dist.destroy_process_group()
 """
 
 
-def _install(lab: str, node: int, src: Path, packages: str, compile_: str = "") -> None:
-    """pip install PACKAGES into the node's venv from the wheels in SRC, without compiling every .py
-    (torch's thousands of files cost minutes of CPU on the shared machine); COMPILE_: the packages
-    to compile (what the health check imports on every run)."""
-    tmp = f"/tmp/wh-{src.name}"
-    subprocess.run(["podman", "cp", str(src), f"{lab}-node{node}:{tmp}"], check=True, timeout=bounds.INSTALL)
-    site = f"{VENV}/lib/python3*/site-packages"
-    node_exec(lab, node, f"test -x {VENV}/bin/python || python3 -m venv {VENV}; "
-                         f"{VENV}/bin/pip install -q --no-compile --no-index --find-links {tmp} {packages} && rm -rf {tmp}"
-                         + (f" && {VENV}/bin/python -m compileall -q " + " ".join(f"{site}/{c}" for c in compile_.split())
-                            + " >/dev/null" if compile_ else ""), timeout=bounds.INSTALL)
-
-
 @pytest.fixture(scope="module")
 def slurm3(lab_factory, provision_wheels):
     """The 3-node SLURM lab; provision (from this checkout) in a venv on node2, for the health check."""
@@ -62,7 +49,7 @@ def slurm3(lab_factory, provision_wheels):
     lab = lab_factory(lab_name("slurm3"), nodes=3, options=["--slurm"])
     up = time.monotonic() - t0
     nodes = json.loads(lab_cmd("status", "--json", lab_name=lab.name).stdout)["nodes"]
-    _install(lab.name, 2, provision_wheels, "provision", "ansible provision")
+    install_wheels(lab.name, 2, provision_wheels, VENV, "provision", "ansible provision")
     # what site.yml's ssh_mesh stage writes (/etc/hosts: names -> cluster addresses; gloo and c10d
     # need them) and node_runtime's soft nofile for login sessions; this module runs no other stage
     hosts = "".join(f"{n['address']} {n['name']}\n" for n in nodes)
@@ -80,7 +67,7 @@ def torch_nodes(slurm3):
     wheels = torch_wheelhouse()
     t0 = time.monotonic()
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda n: _install(slurm3.name, n, wheels, "torch==2.13.0 numpy"), (1, 2)))
+        list(pool.map(lambda n: install_wheels(slurm3.name, n, wheels, VENV, "torch==2.13.0 numpy"), (1, 2)))
     for n in (1, 2):
         node_exec(slurm3.name, n, f"cat > /tmp/probe.py <<'EOF'\n{PROBE}EOF")
     print(f"torch on node1/node2 in {time.monotonic() - t0:.0f} s")

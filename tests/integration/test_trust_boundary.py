@@ -21,7 +21,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import REPO, ansible_env, lab_name, node_exec, run_playbook, tool
+from helpers import REPO, ansible_env, install_wheels, lab_name, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
@@ -79,9 +79,7 @@ def lab(lab_factory, provision_wheels):
     assert first.rc == 0, first
     made.first_seconds = time.monotonic() - t0
     # the health check's own installation, root's (docs/slurm.md), on node1
-    subprocess.run(["podman", "cp", str(provision_wheels), f"{LAB}-node1:/tmp/provision-wheels"], check=True, timeout=300)
-    node_exec(LAB, 1, f"python3 -m venv {HEALTH} && {HEALTH}/bin/pip install -q --no-compile --no-index "
-                      f"--find-links /tmp/provision-wheels provision && rm -rf /tmp/provision-wheels", timeout=1500)
+    install_wheels(LAB, 1, provision_wheels, HEALTH, "provision")
     node_exec(LAB, 1, f"printf '#!/bin/sh\\nexec {HEALTH}/bin/provision verify --local -e cluster_user={USER} "
                       "--timeout 300\\n' > /usr/local/sbin/provision-healthcheck && "
                       "chmod 755 /usr/local/sbin/provision-healthcheck")
