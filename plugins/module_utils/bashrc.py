@@ -8,8 +8,9 @@ anything" (`case $- in *i*) ;; *) return;; esac` or `[ -z "$PS1" ] && return`). 
 pdsh, mpirun and DeepSpeed's runner start a non-interactive bash that reads ~/.bashrc and returns
 at that guard: anything appended at the end is never seen by them.
 
-merge_env(facts, extra)      -> {"env", "path", "ld_library_path", "source", "conflicts"}
+merge_env(facts, extra)      -> {"env", "path", "ld_library_path", "source", "conflicts", "stages"}
 render_block(merged)         -> the block text (deterministic, values shell-quoted)
+lost_exports(text, known)    -> the stages the block holds exports of that this run does not know
 place_block(text, block)     -> (new_text, where)   user content outside the block kept byte for byte
 find_guard(lines)            -> index of the first line of the first non-interactive guard, or None
 update_deepspeed_env(text, env, previous_keys) -> new text (NAME=value lines; DeepSpeed reads no comments)
@@ -23,6 +24,10 @@ import shlex
 BEGIN = "# BEGIN provision managed environment (shell_env)"
 END = "# END provision managed environment (shell_env)"
 DS_KEYS_PREFIX = "# ~/.deepspeed_env keys:"
+# The stages whose exports the block holds (provision_env_<stage> facts that set something): a later run
+# that does not know one of them (the stage left out by --tags, no cached facts) must not drop its lines.
+STAGES_PREFIX = "# exported by:"
+FACT_PREFIX = "provision_env_"
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # values DeepSpeed's runner can pass through `export NAME=value` without quoting
@@ -70,8 +75,16 @@ def merge_env(facts, extra=None):
                     target.append(item)
     for key, value in sorted((extra or {}).items()):
         put(key, value, "shell_env_extra_vars")
+    stages = sorted({stage_of(name) for name, fact in items
+                     if any((fact or {}).get(k) for k in ("env", "path", "ld_library_path", "source"))})
     return {"env": dict(sorted(env.items())), "path": path, "ld_library_path": ld_path,
-            "source": source, "conflicts": conflicts}
+            "source": source, "conflicts": conflicts, "stages": stages}
+
+
+def stage_of(fact_name):
+    """provision_env_python_env -> python_env."""
+    name = str(fact_name)
+    return name[len(FACT_PREFIX):] if name.startswith(FACT_PREFIX) else name
 
 
 def common_env(envs):
@@ -89,11 +102,14 @@ def _prepend(var, item):
         var, quoted, var, quoted, var, var)
 
 
-def render_block(merged, deepspeed_keys=None):
-    """The managed block, BEGIN..END lines included, newline-terminated."""
+def render_block(merged, deepspeed_keys=None, stages=None):
+    """The managed block, BEGIN..END lines included, newline-terminated. STAGES (a list): recorded in the
+    block, for lost_exports() of a later run."""
     lines = [BEGIN,
              "# Managed by the provision.cluster.shell_env role: edit its variables, not these lines.",
              "# Above the non-interactive guard so that ssh/pdsh/mpirun/DeepSpeed see it too."]
+    if stages is not None:
+        lines.append("%s %s" % (STAGES_PREFIX, " ".join(sorted(set(stages))) or "-"))
     if deepspeed_keys is not None:
         lines.append("%s %s" % (DS_KEYS_PREFIX, " ".join(sorted(deepspeed_keys)) or "-"))
     for item in merged.get("source") or []:
@@ -230,6 +246,24 @@ def deepspeed_keys_of(text):
         if line.startswith(DS_KEYS_PREFIX):
             return [k for k in line[len(DS_KEYS_PREFIX):].split() if k != "-"]
     return []
+
+
+def stages_of(text):
+    """The stages the block in TEXT records as exporting into it; None when it records none (no block,
+    or one written before blocks recorded them)."""
+    _rest, block, _at = split_block(text)
+    for line in (block or "").splitlines():
+        if line.startswith(STAGES_PREFIX):
+            return [k for k in line[len(STAGES_PREFIX):].split() if k != "-"]
+    return None
+
+
+def lost_exports(text, known):
+    """The stages whose exports the block in TEXT holds and which this run does not know (KNOWN: the
+    stages whose provision_env_<stage> fact is defined in this run, from the stage itself or the fact
+    cache). Writing the block without them would drop their lines: the venv's PATH, the NCCL interface."""
+    known = {stage_of(k) for k in known or []}
+    return sorted(set(stages_of(text) or []) - known)
 
 
 def deepspeed_safe(env):

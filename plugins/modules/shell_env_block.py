@@ -65,6 +65,24 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  stages:
+    description:
+      - The stages whose exports make up the block (the shell_env role passes the C(provision_env_<stage>) facts
+        that set something); recorded in the block on a line of its own.
+      - A later run that does not know one of the recorded stages (see O(known_stages)) fails, naming the stage
+        and the fix, and changes nothing, instead of writing a block without that stage's lines.
+    type: list
+    elements: str
+  known_stages:
+    description:
+      - The stages whose C(provision_env_<stage>) fact this run has (set by the stage, or from the fact cache),
+        whether or not it exports anything. Only read with O(stages).
+    type: list
+    elements: str
+    default: []
+  node:
+    description: This node's inventory name, for the messages.
+    type: str
   check_ssh_host:
     description:
       - Afterwards, run M(provision.cluster.shell_env_check)'s check (same code) with this ssh host
@@ -136,7 +154,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.bashrc import Ma
 from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
 from ansible_collections.provision.cluster.plugins.module_utils.spawn import home_path
 from ansible_collections.provision.cluster.plugins.module_utils.bashrc import (
-    deepspeed_keys_of, deepspeed_safe, find_guard, place_block, remove_block, render_block, split_block,
+    deepspeed_keys_of, deepspeed_safe, find_guard, lost_exports, place_block, remove_block, render_block, split_block,
     update_deepspeed_env)
 
 
@@ -152,6 +170,9 @@ def main():
             deepspeed_env=dict(type="str"),
             deepspeed_vars=dict(type="dict", default={}),
             state=dict(type="str", choices=["present", "absent"], default="present"),
+            stages=dict(type="list", elements="str"),
+            known_stages=dict(type="list", elements="str", default=[]),
+            node=dict(type="str"),
             check_ssh_host=dict(type="str"),
             check_timeout=dict(type="int", default=10),
         ),
@@ -200,9 +221,17 @@ def manage(module, p, w, bashrc, ds_path):
         previous_ds_keys = deepspeed_keys_of(old_text)
         ds_vars, skipped = deepspeed_safe({k: str(v) for k, v in p["deepspeed_vars"].items()})
         if p["state"] == "present":
+            lost = lost_exports(old_text, list(p["known_stages"]) + list(p["stages"] or [])) \
+                if p["stages"] is not None else []
+            if lost:
+                module.fail_json(
+                    msg="%s: %s holds what %s exported, which this run does not know (the stage did not run and no "
+                        "cached facts hold its result): writing the block now would drop those lines; nothing was "
+                        "changed; fix: ansible-playbook site.yml --tags %s,shell_env (or the whole site.yml)"
+                        % (p["node"] or "this node", bashrc, " and ".join(lost), ",".join(lost)), lost_stages=lost)
             merged = {"env": {k: "" if v is None else str(v) for k, v in p["env"].items()}, "path": p["path"],
                       "ld_library_path": p["ld_library_path"], "source": p["source"]}
-            block = render_block(merged, sorted(ds_vars) if ds_path else None)
+            block = render_block(merged, sorted(ds_vars) if ds_path else None, p["stages"])
             after, where = place_block(old_text, block)
         else:
             block, where, ds_vars = "", "absent", {}

@@ -58,3 +58,23 @@ def test_launchers_see_the_environment_over_non_interactive_ssh(converged):
             out = node_exec(converged.name, src, f"ssh -o BatchMode=yes node{dst} '{probe}'").stdout.split()
             assert out[:2] == ["/opt/provision/venv/bin/python", "2.13.0+cpu"], (src, dst, out)
             assert out[2:] == ["eth1", "eth1", "ssh"], (src, dst, out)
+
+
+def test_a_tagged_run_without_the_stages_facts_stops_instead_of_dropping_their_lines(converged, tmp_path):
+    """`site.yml --tags shell_env` from a controller whose fact cache is empty (another machine, expired,
+    --flush-cache) knows nothing the venv, pdsh and NCCL stages exported: it stops on each node in one line
+    naming them and the fix, and ~/.bashrc keeps its lines. The fix line's run puts everything back as it was."""
+    from helpers import node_exec
+
+    empty = {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")}
+    before = [node_exec(converged.name, n, "cat ~/.bashrc").stdout for n in (1, 2)]
+    stopped = run_playbook("site.yml", lab_name=converged.name, extra_args=["--tags", "shell_env"], env=empty)
+    assert stopped.rc != 0 and stopped.changed == 0, stopped
+    lines = [ln for ln in stopped.output.splitlines() if "which this run does not know" in ln]
+    assert len(lines) == 2 and all("python_env" in ln and "fix: ansible-playbook site.yml --tags " in ln for ln in lines), lines
+    assert [node_exec(converged.name, n, "cat ~/.bashrc").stdout for n in (1, 2)] == before
+    tags = lines[0].split("--tags ")[1].split()[0]
+    assert set(tags.split(",")) >= {"python_env", "shell_env"}, tags
+    fixed = run_playbook("site.yml", lab_name=converged.name, extra_args=["--tags", tags], env=empty)
+    assert fixed.rc == 0 and fixed.changed == 0, fixed
+    assert [node_exec(converged.name, n, "cat ~/.bashrc").stdout for n in (1, 2)] == before

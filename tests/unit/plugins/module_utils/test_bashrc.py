@@ -225,3 +225,47 @@ def test_module_gives_the_files_it_makes_to_the_user(tmp_path):
         st = made.stat()
         assert (st.st_uid, st.st_gid, oct(st.st_mode & 0o777)) == (nobody.pw_uid, nobody.pw_gid, "0o644"), made
 
+
+
+def test_merge_names_the_stages_that_set_something():
+    merged = br.merge_env({"provision_env_python_env": {"env": {"VIRTUAL_ENV": "/opt/v"}, "path": ["/opt/v/bin"]},
+                           "provision_env_cuda_toolkit": {"env": {}, "path": [], "ld_library_path": [], "source": []},
+                           "provision_env_nccl_net": {"env": {"NCCL_SOCKET_IFNAME": "eth1"}}}, {"EXTRA": "1"})
+    assert merged["stages"] == ["nccl_net", "python_env"]       # a CPU node's empty CUDA export is no stage's
+
+
+def test_a_run_that_knows_a_recorded_stage_no_more_is_told_which():
+    block = br.render_block(MERGED, stages=["python_env", "nccl_net"])
+    assert "# exported by: nccl_net python_env\n" in block
+    text, _ = br.place_block(SKEL, block)
+    assert br.stages_of(text) == ["nccl_net", "python_env"]
+    # a run with --tags shell_env and no cached facts knows neither stage; a run that has the facts (or ran
+    # the stages, exporting nothing now) may rewrite the block
+    assert br.lost_exports(text, ["provision_env_pdsh"]) == ["nccl_net", "python_env"]
+    assert br.lost_exports(text, ["provision_env_python_env", "provision_env_nccl_net"]) == []
+    # a block written before blocks recorded their stages, or none at all: nothing to compare with
+    assert br.lost_exports(br.place_block(SKEL, BLOCK)[0], []) == [] and br.lost_exports(SKEL, []) == []
+    assert br.stages_of(br.place_block(SKEL, br.render_block(MERGED, stages=[]))[0]) == []
+
+
+def test_module_refuses_to_drop_what_an_unknown_stage_exported(tmp_path):
+    import pwd
+    user = pwd.getpwuid(os.getuid()).pw_name
+    rc = tmp_path / "bashrc"
+    rc.write_text(SKEL)
+    full = {"user": user, "bashrc": str(rc), "deepspeed_env": "", "env": {"VIRTUAL_ENV": "/opt/v", "NCCL_SOCKET_IFNAME": "eth1"},
+            "path": ["/opt/v/bin"], "stages": ["nccl_net", "python_env"],
+            "known_stages": ["provision_env_nccl_net", "provision_env_python_env"], "node": "node2"}
+    assert _module(tmp_path, full)["changed"] is True
+    written = rc.read_text()
+    # the same run with python_env's facts gone (site.yml --tags nccl_net,shell_env, an empty fact cache)
+    partial = dict(full, env={"NCCL_SOCKET_IFNAME": "eth1"}, path=[], stages=["nccl_net"],
+                   known_stages=["provision_env_nccl_net"])
+    for check in (True, False):
+        res = _module(tmp_path, partial, check=check)
+        assert res.get("failed") and res["lost_stages"] == ["python_env"], res
+        assert res["msg"].startswith("node2: ") and "--tags python_env,shell_env" in res["msg"], res["msg"]
+        assert "\n" not in res["msg"] and rc.read_text() == written
+    # python_env ran and exports nothing now (its fact defined, empty): its lines go
+    gone = _module(tmp_path, dict(partial, known_stages=["provision_env_nccl_net", "provision_env_python_env"]))
+    assert gone["changed"] is True and "/opt/v" not in rc.read_text() and br.stages_of(rc.read_text()) == ["nccl_net"]
