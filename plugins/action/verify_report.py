@@ -75,7 +75,10 @@ class ActionModule(ActionBase):
                     old = json.load(fh)
             except (OSError, ValueError) as exc:
                 out.update(comparable=False, differences=["cannot read it: %s" % exc])
-        if old is not None:
+        unjudged = B.no_figures(result)
+        if old is not None and unjudged:
+            out.update(saved_at=old.get("saved_at"), comparable=None, differences=[unjudged])
+        elif old is not None:
             ok, diff = B.comparable(old, result)
             out.update(saved_at=old.get("saved_at"), comparable=ok, differences=diff)
             if ok:

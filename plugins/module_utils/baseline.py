@@ -106,6 +106,18 @@ def make(result, saved_at=None, old=None):
             "busbw_gbps": _median([r["busbw"] for r in rows[-1:]]) if rows else None}
 
 
+def no_figures(result):
+    """Why a run cannot be judged against a baseline at all, or None: with no all-node figures (a node
+    dropped out before the all-reduce, which then did not run) there is nothing to compare, and calling
+    it another node set would send the user to save a new baseline."""
+    if (result or {}).get("rows"):
+        return None
+    missing = [f.get("node") for f in (result or {}).get("failures") or []
+               if f.get("check") == "bad_node" and "dropped out" in str(f.get("detail"))]
+    return "no all-node figures in this run to compare: the all-reduce did not run%s" % (
+        " (%s dropped out)" % ", ".join(n for n in missing if n) if any(missing) else "")
+
+
 def comparable(baseline, result):
     """(True, []) or (False, [what differs]) between a baseline and a new run."""
     if not isinstance(baseline, dict) or baseline.get("schema") != SCHEMA:
