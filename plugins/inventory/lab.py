@@ -33,7 +33,8 @@ description:
   - The lab's nodes share this machine's cores, where a cluster gives each node its own. When the lab has
     more than four nodes per core, the waits the roles size for one node's CPU are raised for every host,
     once, here (never in playbooks or tests) - C(ssh_mesh_check_connect_timeout), C(ssh_mesh_check_timeout),
-    C(pdsh_connect_timeout), C(pdsh_command_timeout) by C(ceil(nodes / (4 x cores))), and
+    C(pdsh_connect_timeout), C(pdsh_command_timeout) and C(allreduce_smoke_isolate_timeout) (a round of the
+    bad-node search runs every pair at once) by C(ceil(nodes / (4 x cores))), and
     C(allreduce_smoke_timeout), whose ring grows with the nodes, by C(ceil(nodes^2 / (64 x cores))) - each
     the role default times that factor. C(lab_time_scale) holds the first factor. Variables set in the
     inventory's group_vars or with C(-e) still win.
@@ -131,6 +132,8 @@ TRAINER = "trainer"
 # (variable, which factor): the bounds a lab larger than its machine raises (see DOCUMENTATION)
 _SCALED = (("ssh_mesh_check_connect_timeout", "login"), ("ssh_mesh_check_timeout", "login"),
            ("pdsh_connect_timeout", "login"), ("pdsh_command_timeout", "login"),
+           # a round of the bad-node search runs every pair at once: N processes of constant work each
+           ("allreduce_smoke_isolate_timeout", "login"),
            ("allreduce_smoke_timeout", "ring"))
 
 
