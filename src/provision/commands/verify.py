@@ -129,10 +129,13 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
     head = ", ".join(f"{k}: {smoke[k]}" for k in ("backend", "world_size", "nodes", "master", "correct",
                                                     "busbw_gbps", "tcp_gbps", "ratio", "tcp_ring_gbps", "ratio_ring")
                      if smoke.get(k) is not None)
-    table = make_table(f"all-reduce ({head})", ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)"])
-    for r in smoke.get("rows") or []:
-        table.add_row(str(r.get("bytes")), str(r.get("time_us")), str(r.get("algbw")), str(r.get("busbw")))
-    term.table(table)
+    if smoke.get("rows"):
+        table = make_table(f"all-reduce ({head})", ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)"])
+        for r in smoke["rows"]:
+            table.add_row(str(r.get("bytes")), str(r.get("time_us")), str(r.get("algbw")), str(r.get("busbw")))
+        term.table(table)
+    else:  # no all-node run (a node dropped out): no empty table, and the pairs below test the others
+        term.out.print(f"all-reduce: no figures ({head}): it did not run on every node", markup=False)
     per_node = smoke.get("per_node") or {}
     if per_node:
         slow = {lk["src"] for lk in smoke.get("slow_links") or []} | set((smoke.get("isolation") or {}).get("bad") or [])
@@ -163,8 +166,11 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
         pairs = list(zip(rnd["pairs"], rnd["outcome"]))
         if len(pairs) > views.FOLD_AT:  # many pairs: the count, and the pairs with a named node or not ok
             odd = [(p, out) for p, out in pairs if not str(out).startswith("ok") or set(p) & named]
+            by_outcome: dict[str, list[str]] = {}
+            for (a, b), out in odd:  # one outcome once (every pair of a round timed out: one line, not 15)
+                by_outcome.setdefault(str(out), []).append(f"{a}+{b}")
             text = f"{len(pairs)} pairs, {len(pairs) - len(odd)} without a named node" + "".join(
-                f"; {a}+{b} {out}" for (a, b), out in odd)
+                f"; {', '.join(ps)} {out}" for out, ps in by_outcome.items())
         else:
             text = "; ".join(f"{a}+{b} {out}" for (a, b), out in pairs)
         term.out.print(f"bad node search, round {rnd_no}: {text}", markup=False)

@@ -215,3 +215,33 @@ def test_grid_and_failure_groups_look_at_each_name_a_few_times_not_once_per_chec
     assert set(rows) >= {"ssh *", "nccl_net.reach *", "pdsh from *"}
     shm = [g for g in groups if g["check"] == "shm"]
     assert len(shm) == 1 and shm[0]["nodes"] == ["gpu-node-0002", "gpu-node-0101"]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_recorded_32_node_lab_run_with_a_node_stopped_and_a_slow_link(width):
+    """The 32-node lab of the closing run (node17 stopped, node9's link at 50 mbit): one row per node the
+    faults touched, the stopped node `down`, the slow one `slow` with the pair search's figures, the other
+    28 folded into one hostlist; no empty all-reduce table where the all-reduce did not run."""
+    doc = recorded("smoke-32nodes-node17-stopped-node9-slow.json")
+    out = rendered(doc, width)
+    assert "…" not in out
+    rows = {r["node"]: r for r in views.node_summaries(doc)}
+    assert {n: r["state"] for n, r in rows.items() if r["state"] != "ok"} == {
+        "node1": "fail", "node16": "fail", "node9": "slow", "node17": "down"}
+    assert rows["node9"]["cause"].startswith("node9: every pair it was in was bad: with node10 0.006 GB/s")
+    assert re.search(r"^\s+ok\s+28 nodes, every check passed or skipped:\s*$", out, re.M)
+    assert "node[2-8,10-15,18-32]" in out
+    assert "all-reduce: no figures (world_size: 0, nodes: 32, correct: False): it did not run on every node" in out
+    assert "size (B)" not in out                                       # no table without rows
+    assert "not comparable: no all-node figures in this run to compare" in out
+    flat = " ".join(out.split())                                       # lines wrapped at the width
+    assert "bad node search, round 1: 15 pairs, 14 without a named node; node9+node10 ok 0.006 GB/s" in flat
+
+
+def test_a_round_where_every_pair_timed_out_is_one_outcome_once():
+    doc = recorded("smoke-32nodes-node17-stopped-node9-slow.json")
+    rnd = doc["allreduce"]["isolation"]["rounds"][0]
+    rnd["outcome"] = ["timeout (no result within the time limit)"] * len(rnd["pairs"])
+    out = rendered(doc, 200)
+    line = next(ln for ln in out.splitlines() if ln.startswith("bad node search, round 1:"))
+    assert line.count("timeout (no result within the time limit)") == 1 and "node1+node2, node3+node4" in line, line
