@@ -47,12 +47,18 @@ def judge_pairs(rounds, tolerance=DEFAULT_TOLERANCE, reference=None):
     dragged down by them). tolerance 0.5 flags a pair at less than half of it: what a degraded link
     (a 1X port, a lost lane, TCP fallback, a link limited by a fault) costs, far below the run-to-run
     noise of a healthy pair (docs/verify.md: "Finding the bad node").
+
+    Each round is judged against the pairs of that round and the rounds before it, never the later ones:
+    a later round runs fewer pairs at once, and where the pairs share CPUs (a lab, oversubscribed nodes)
+    it runs faster (32 lab nodes on 2 cores: 0.04-0.09 GB/s with 15 pairs at once, 0.3-0.5 with 2);
+    judged by those, pairs that cleared their nodes in round 1 turned bad afterwards, and healthy nodes
+    were named "not yet paired with a healthy node". The verdict is the one the rounds were planned on.
     """
-    done = sorted(r["busbw"] for rnd in rounds for r in (rnd.get("results") or {}).values()
-                  if r.get("status") == "ok" and r.get("busbw"))
-    ref = reference or (statistics.median(done[len(done) // 2:]) if done else None)
-    marked = []
+    done, ref, marked = [], reference, []
     for i, rnd in enumerate(rounds):
+        done = sorted(done + [r["busbw"] for r in (rnd.get("results") or {}).values()
+                              if r.get("status") == "ok" and r.get("busbw")])
+        ref = reference or (statistics.median(done[len(done) // 2:]) if done else None)
         for a, b in rnd.get("pairs") or []:
             r = (rnd.get("results") or {}).get(pair_key(a, b)) or {"status": "failed", "detail": "no result"}
             bad = r.get("status") != "ok"
