@@ -144,12 +144,15 @@ def allreduce_smoke_isolated(result, rounds, nodes, reachable, timeout):
                          "fix": "check %s: its cluster link (ethtool/ip -s link: speed, errors, MTU, a qdisc), the "
                                 "fabric and GPU health checks (provision verify --only fabric --only gpu_health --limit %s);"
                                 " leave it out meanwhile: --limit '!%s'" % (bad["node"], bad["node"], bad["node"])})
+    # a pair that ran but was judged slow reads "slow 0.006 GB/s", not "ok ..."
+    slow = {(m["round"], pair_key(*m["pair"])) for m in verdict.get("pairs") or [] if m.get("slow")}
     outcome_rounds = []
-    for rnd in rounds:
+    for i, rnd in enumerate(rounds, 1):
         outs = []
         for pair in rnd["pairs"]:
             r = rnd["results"].get(pair_key(*pair)) or {}
-            outs.append("%s%s" % (r.get("status"), " %.3g GB/s" % r["busbw"] if r.get("busbw") else
+            status = "slow" if (i, pair_key(*pair)) in slow else r.get("status")
+            outs.append("%s%s" % (status, " %.3g GB/s" % r["busbw"] if r.get("busbw") else
                                   (" (%s)" % r["detail"] if r.get("detail") else "")))
         outcome_rounds.append({"pairs": rnd["pairs"], "outcome": outs})
     summary = verdict["summary"]

@@ -102,6 +102,10 @@ def test_nodes_that_dropped_out_are_named_in_inventory_order():
     out = allreduce_smoke_isolated({"failures": [], "status": "pass"}, rounds, nodes, iter(reachable), 30)
     assert out["isolation"]["bad"] == gone + ["n10"]
     assert [f["node"] for f in out["failures"] if f.get("node")] == gone
+    # a pair that ran but was judged slow says so ("ok 0.06 GB/s" read as healthy in the view and the report)
+    first = out["isolation"]["rounds"][0]
+    outcome = dict(zip(map(tuple, first["pairs"]), first["outcome"]))
+    assert outcome[("n10", "n11")] == "slow 0.06 GB/s" and outcome[("n1", "n2")] == "ok 0.6 GB/s"   # n7 is gone
 
 
 def test_a_later_faster_round_does_not_turn_the_pairs_of_an_earlier_one_bad():
