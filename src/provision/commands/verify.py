@@ -180,9 +180,11 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
     if base.get("path"):
         state = ("saved" if base.get("saved") else base.get("not_saved") or "") if "saved" in base or \
             base.get("not_saved") else ""
-        term.out.print(f"baseline {base['path']}: "
-                       + ("compared" if base.get("comparable") else "not comparable: " + "; ".join(
-                           base.get("differences") or [])[:200]) + (f"; {state}" if state else ""), markup=False)
+        diff = "; ".join(base.get("differences") or [])[:200]
+        # comparable None: nothing to compare (no baseline yet, or this run has no all-node figures)
+        judged = ("compared" if base.get("comparable") else "not comparable: " + diff
+                  if base.get("comparable") is False else diff or "not compared")
+        term.out.print(f"baseline {base['path']}: {judged}" + (f"; {state}" if state else ""), markup=False)
 
 
 @click.command("verify")
