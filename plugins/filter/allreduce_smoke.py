@@ -181,7 +181,7 @@ def allreduce_smoke_unreachable(nodes, reachable):
     answered = set(reachable)
     missing = [n for n in nodes if n not in answered]
     result = {"status": "fail", "backend": None, "world_size": 0, "nodes": len(list(nodes)), "rows": [], "tcp": [],
-              "tcp_ring": [], "links": [], "per_node": {}, "slow_links": [], "correct": False,
+              "tcp_ring": [], "links": [], "per_node": {}, "slow_links": [], "correct": False, "dropped": missing,
               "failures": [_unreachable_failure(n) for n in missing], "warnings": []}
     return allreduce_smoke_lines(result)
 

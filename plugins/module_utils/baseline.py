@@ -110,12 +110,12 @@ def no_figures(result):
     """Why a run cannot be judged against a baseline at all, or None: with no all-node figures (a node
     dropped out before the all-reduce, which then did not run) there is nothing to compare, and calling
     it another node set would send the user to save a new baseline."""
-    if (result or {}).get("rows"):
+    result = result or {}
+    if result.get("rows"):
         return None
-    missing = [f.get("node") for f in (result or {}).get("failures") or []
-               if f.get("check") == "bad_node" and "dropped out" in str(f.get("detail"))]
+    dropped = result.get("dropped") or []   # the nodes that did not answer before the run (allreduce_smoke)
     return "no all-node figures in this run to compare: the all-reduce did not run%s" % (
-        " (%s dropped out)" % ", ".join(n for n in missing if n) if any(missing) else "")
+        " (%s dropped out)" % ", ".join(dropped) if dropped else "")
 
 
 def comparable(baseline, result):
