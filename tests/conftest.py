@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,10 @@ from helpers import FIXTURES, STRICT, lab_cmd, lab_name, podman_available  # noq
 
 def pytest_collection_modifyitems(config, items):
     labs = [item for item in items if "lab" in item.keywords or "molecule" in item.keywords]
-    if not labs or podman_available():
+    if not labs:
+        return
+    if podman_available():
+        _remove_leftover_labs()
         return
     reason = "podman is not usable here (`podman info` failed); run scripts/test.sh (it installs it)"
     if STRICT:
@@ -24,6 +29,29 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"{reason}: {len(labs)} lab tests cannot run (PROVISION_TEST_STRICT=1)")
     for item in labs:
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# held for the whole session by a pytest run with lab tests: one per lab prefix on this machine
+_SESSION_LOCK = None
+
+
+def _remove_leftover_labs() -> None:
+    """Labs of this prefix left by an earlier run that was killed before its `finally` blocks ran
+    (CI once found a killed run's `t-lab32` nodes, and `lab up --nodes 65` seemed to have started them).
+    Only when no other live session holds this prefix: its labs are in use, not left over."""
+    global _SESSION_LOCK
+    prefix = lab_name("")
+    lock = open(Path(tempfile.gettempdir()) / f"provision-test-labs-{prefix or 'none'}.lock", "w")  # noqa: SIM115
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        print(f"another test session uses the lab prefix {prefix!r}: its labs are left alone", file=sys.stderr)
+        return
+    _SESSION_LOCK = lock  # released when this process ends, however it ends
+    for name in helpers.leftover_labs(prefix):
+        print(f"removing lab {name}, left over from an earlier test run", file=sys.stderr)
+        lab_cmd("down", lab_name=name, check=False, timeout=bounds.LAB_UP)
 
 
 @pytest.fixture(scope="session")

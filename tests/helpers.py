@@ -187,6 +187,20 @@ def podman_available() -> bool:
     return subprocess.run(["podman", "info"], capture_output=True, check=False).returncode == 0
 
 
+def leftover_labs(prefix: str) -> list[str]:
+    """The labs on this machine whose name starts with PREFIX (their containers' and networks' label)."""
+    names: set[str] = set()
+    for kind in ("ps", "network"):
+        argv = ["podman", *(["ps", "-a"] if kind == "ps" else ["network", "ls"]),
+                "--filter", "label=provision.lab", "--format", "json"]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=bounds.COMMAND)
+        for entry in json.loads(proc.stdout or "[]") if proc.returncode == 0 else []:
+            name = (entry.get("Labels") or entry.get("labels") or {}).get("provision.lab", "")
+            if prefix and name.startswith(prefix):
+                names.add(name)
+    return sorted(names)
+
+
 def lab_name(short: str) -> str:
     """A test lab's name: $PROVISION_TEST_LAB_PREFIX (default "t-") + short, so that two
     checkouts can run the lab tests on one machine at once without sharing labs."""
