@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need on this machine (Debian/Ubuntu; idempotent, fast when done):
 # a venv in .venv with the package, its test tools and torch (.[dev,torch]), the collections the
-# roles and the lab use, and the lab's host packages (podman, runc, debootstrap) plus its
+# roles and the lab use, and the lab's host packages (podman, runc, mmdebstrap) plus its
 # containers.conf. A controller for real machines needs only `pip install .` and `provision setup`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ apt_install() {
 command -v python3 >/dev/null || apt_install python3
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then apt_install python3-venv; fi
 missing=()
-for tool in podman runc debootstrap ssh ssh-keygen git chromium; do
+for tool in podman runc mmdebstrap ssh ssh-keygen git chromium; do
   command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -242,14 +242,14 @@ def lab_fault(target: tuple[str, ...], name: str, rate: str | None, delay: str |
 
 @command.command("setup")
 def lab_setup() -> None:
-    """Install what the lab needs on this (Debian-family) machine: podman, runc, debootstrap, containers.podman."""
+    """Install what the lab needs on this (Debian-family) machine: podman, runc, mmdebstrap, containers.podman."""
     from provision import deps
 
     term = Application()
     with term.guard():
         done = lab_core.setup_host(log=term.info)
         done += [f"installed the collection {n}" for n in deps.ensure_collections(log=term.info, lab=True)]
-    term.info("; ".join(done) if done else "nothing to do: podman, runc, debootstrap and "
+    term.info("; ".join(done) if done else "nothing to do: podman, runc, mmdebstrap and "
               "containers.conf are in place")
 
 

@@ -70,7 +70,7 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 """
 
-HOST_PACKAGES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+HOST_PACKAGES = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap"}
 
 
 @dataclass
@@ -147,7 +147,7 @@ def missing_host_tools() -> list[str]:
 
 def setup_host(*, install: bool = True, conf_path: Path = Path("/etc/containers/containers.conf"),
                log=print) -> list[str]:
-    """Install podman/runc/debootstrap and the containers.conf the lab needs.
+    """Install podman/runc/mmdebstrap and the containers.conf the lab needs.
 
     Returns what was done. Raises LabError with the exact command when it cannot do it.
     """
