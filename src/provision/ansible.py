@@ -210,6 +210,7 @@ class Run:
     stderr: str
     duration_s: float
     timed_out: bool = False
+    timeout_s: float = 0.0      # the bound the run was held to (it may grow with the hosts: run_playbook)
     events: list[dict[str, Any]] = field(default_factory=list)
     report: Any = None          # the custom stat provision_verify (verify_events callback)
     no_hosts: bool = False
@@ -227,13 +228,16 @@ def playbook_argv(playbook: str, inventory: str | None = None, *, limit: str | N
     return argv + list(args)
 
 
-def run_playbook(argv: list[str], env: dict[str, str], *, timeout: float,
+def run_playbook(argv: list[str], env: dict[str, str], *, timeout: float | Callable[[int], float],
                  on_event: Callable[[dict[str, Any]], None] | None = None, events: bool = False,
                  become_password: str | None = None) -> Run:
     """Run ansible-playbook, bounded by timeout (its whole process group is stopped then).
 
     events=True: stdout carries the provision.cluster.verify_events callback's JSON lines, followed
     as they come (on_event) and collected; the custom stat provision_verify becomes Run.report.
+    timeout may be a function of the number of hosts the run has reported results for: the bound
+    then grows as the run finds its hosts (a cluster of 64 nodes needs longer than one of 2), from
+    timeout(0) at the start; Run.timeout_s is the bound that held at the end.
     become_password: handed to ansible-playbook the way it reads one (`--become-password-file -`: its
     standard input), never on a command line, in a file or in the environment.
     """
@@ -264,9 +268,17 @@ def run_playbook(argv: list[str], env: dict[str, str], *, timeout: float,
             except ProcessLookupError:
                 pass
 
-        timer = threading.Timer(timeout, kill)
-        timer.daemon = True
-        timer.start()
+        bound = timeout if callable(timeout) else (lambda _hosts, t=float(timeout): t)
+        hosts: set[str] = set()
+        run.timeout_s = bound(0)
+
+        def arm() -> threading.Timer:
+            t = threading.Timer(max(0.0, start + run.timeout_s - time.monotonic()), kill)
+            t.daemon = True
+            t.start()
+            return t
+
+        timer = arm()
         chunks: list[str] = []
         try:
             assert proc.stdout is not None
@@ -284,6 +296,13 @@ def run_playbook(argv: list[str], env: dict[str, str], *, timeout: float,
                     continue
                 if kind == "no_hosts":
                     run.no_hosts = True
+                if kind == "result" and event.get("host") and event["host"] not in hosts:
+                    hosts.add(event["host"])
+                    grown = bound(len(hosts))
+                    if grown > run.timeout_s and not killed.is_set():
+                        timer.cancel()
+                        run.timeout_s = grown
+                        timer = arm()
                 run.events.append(event)
                 if on_event:
                     on_event(event)

@@ -93,13 +93,27 @@ def exit_code(document: dict[str, Any]) -> int:
     return ExitCode.FAILED
 
 
+# the whole run's bound when none is given: 300 s, and 10 s more for each node beyond 16 (the healthy 32-node
+# lab's --smoke took 268 s of a flat 300 on 2 cores, 2026-11-27): every remote wait has its own bound, this
+# one only stops a run that cannot end
+DEFAULT_TIMEOUT_S = 300.0
+TIMEOUT_PER_NODE_S = 10.0
+TIMEOUT_FREE_NODES = 16
+
+
+def default_timeout(nodes: int) -> float:
+    """The whole run's bound for a cluster of NODES nodes, when --timeout gives none."""
+    return DEFAULT_TIMEOUT_S + TIMEOUT_PER_NODE_S * max(0, nodes - TIMEOUT_FREE_NODES)
+
+
 def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), limit: str | None = None,
-           smoke: bool = False, extra_vars: list[str] | None = None, timeout: float = 300,
+           smoke: bool = False, extra_vars: list[str] | None = None, timeout: float | None = None,
            on_event: Callable[[dict[str, Any]], None] | None = None, baseline: str | None = None,
            save_baseline: bool = False, full: bool = False, become_password: str | None = None,
            ansible_args: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the checks and return the document; VerifyError for usage/inventory problems,
-    TimeoutError when the run passed its limit. become_password: the sudo password of the login user."""
+    TimeoutError when the run passed its limit (timeout None: default_timeout of the nodes the run
+    finds). become_password: the sudo password of the login user."""
     try:
         inv = ansible.resolve_inventory(inventory)
     except ansible.AnsibleError as exc:
@@ -110,10 +124,11 @@ def verify(inventory: str | None, *, checks: tuple[str, ...] | list[str] = (), l
         raise VerifyError(f"{inventory} is a host list: give --baseline FILE to keep the baseline in")
     argv, env = build_command(inv, checks=selected, limit=limit, extra_vars=extra_vars, baseline=where,
                               save_baseline=save_baseline, full=full, args=ansible_args)
-    run = ansible.run_playbook(argv, env, timeout=timeout, on_event=on_event, events=True,
-                               become_password=become_password)
+    run = ansible.run_playbook(argv, env, timeout=default_timeout if timeout is None else timeout,
+                               on_event=on_event, events=True, become_password=become_password)
     if run.timed_out:
-        raise TimeoutError(f"verify did not finish within {timeout:.0f} s (ansible-playbook was stopped)")
+        raise TimeoutError(f"verify did not finish within {run.timeout_s:.0f} s (ansible-playbook was stopped; "
+                           f"a longer bound: --timeout SECONDS)")
     if not isinstance(run.report, dict):
         if run.no_hosts or "no hosts" in run.stderr.lower():
             where = f" matching --limit {limit}" if limit else ""

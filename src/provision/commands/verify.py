@@ -205,8 +205,8 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 @click.option("--baseline", "baseline", metavar="FILE", default=None,
               help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
 @click.option("--timeout", default=None, type=click.FloatRange(1), metavar="SECONDS",
-              help="Stop the whole run after this many seconds (exit 3) [default: 300; 45 with --local: slurmd kills "
-                   "its HealthCheckProgram at 60 s].")
+              help="Stop the whole run after this many seconds (exit 3) [default: 300, and 10 more for each node "
+                   "beyond 16 (32 nodes: 460); 45 with --local: slurmd kills its HealthCheckProgram at 60 s].")
 @click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (docs/verify.md: --json).")
 @click.option("--list-checks", is_flag=True, help="List the checks and exit (with --json: one JSON document on stdout).")
 @click.option("--local", is_flag=True,
@@ -263,7 +263,6 @@ def command(inventory: str | None, limit: str | None, extra_vars: tuple[str, ...
             app.usage("--local checks this node only: no --inventory, --limit, --smoke or --save-baseline")
         _local(app, checks, list(extra_vars), timeout or 45, slurm_drain, node_name, outputs, show, extra_args,
                verbose)
-    timeout = timeout or 300
     with app.guard():
         password = ansible.become_password(ask_become_pass, become_password_file)
     with app.guard(), shown_when_broken(app, verbose), outputs.on_error(), Progress(term) as progress:

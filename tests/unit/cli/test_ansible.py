@@ -59,6 +59,22 @@ def test_run_playbook_is_bounded_and_kills_the_group(tmp_path):
     assert run.timed_out and run.duration_s < 10 and run.stdout == "x\n"
 
 
+def test_run_playbook_bound_grows_with_the_hosts_it_reports(tmp_path):
+    """A bound that is a function of the hosts seen in result events: 1 s with none, 1 s more for each host.
+    The child reports two hosts at once, then sleeps 2.5 s: a flat 1 s would stop it, the grown 3 s does not;
+    a third run that reports no host is stopped at 1 s."""
+    events = ('import json, time\nfor h in ("node1", "node2"):\n'
+              '    print(json.dumps({"event": "result", "host": h, "status": "ok"}), flush=True)\n'
+              'time.sleep(2.5)\n')
+    grown = ansible.run_playbook([sys.executable, "-c", events], {}, timeout=lambda hosts: 1.0 + hosts, events=True)
+    assert not grown.timed_out and grown.rc == 0 and grown.timeout_s == 3.0 and len(grown.events) == 2
+    flat = ansible.run_playbook([sys.executable, "-c", events], {}, timeout=1, events=True)
+    assert flat.timed_out and flat.timeout_s == 1.0
+    quiet = ansible.run_playbook([sys.executable, "-c", "import time; time.sleep(20)"], {},
+                                 timeout=lambda hosts: 1.0 + hosts, events=True)
+    assert quiet.timed_out and quiet.timeout_s == 1.0 and quiet.duration_s < 10
+
+
 def test_collection_module_is_the_playbooks_code():
     catalog = ansible.collection_module("catalog")
     assert catalog.__name__ == "ansible_collections.provision.cluster.plugins.module_utils.catalog"

@@ -252,7 +252,7 @@ def test_verify_writes_junit_and_prometheus_and_keeps_json_on_stdout(monkeypatch
 
 def test_verify_that_times_out_still_writes_a_not_ok_record(monkeypatch, tmp_path):
     def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
-        return ansible.Run(rc=-15, stdout="", stderr="", duration_s=timeout, timed_out=True)
+        return ansible.Run(rc=-15, stdout="", stderr="", duration_s=timeout, timed_out=True, timeout_s=timeout)
     monkeypatch.setattr(ansible, "run_playbook", run)
     prom, junit = tmp_path / "v.prom", tmp_path / "v.xml"
     prom.write_text(export.prometheus_text(recorded("healthy-2nodes.json") | {"duration_s": 1}))

@@ -171,10 +171,25 @@ def test_cli_no_host_matched_exits_2(monkeypatch, tmp_path):
 
 def test_cli_timeout_exits_3(monkeypatch, tmp_path):
     def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
-        return ansible.Run(rc=-15, stdout="", stderr="", duration_s=timeout, timed_out=True)
+        return ansible.Run(rc=-15, stdout="", stderr="", duration_s=timeout, timed_out=True, timeout_s=timeout)
     monkeypatch.setattr(ansible, "run_playbook", run)
     result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path), "--timeout", "3"])
     assert result.exit_code == 3 and "did not finish within 3 s" in result.stderr
+
+
+def test_cli_default_bound_grows_with_the_nodes_the_run_finds(monkeypatch, tmp_path):
+    """No --timeout: 300 s up to 16 nodes, 10 s more a node beyond (the healthy 32-node lab's --smoke took 268 s
+    of a flat 300); the bound is a function of the hosts the run reports, handed to run_playbook."""
+    seen = {}
+
+    def run(argv, env, *, timeout=300, on_event=None, events=False, become_password=None):
+        seen["bound"] = timeout
+        return ansible.Run(rc=-15, stdout="", stderr="", duration_s=1, timed_out=True, timeout_s=timeout(32))
+    monkeypatch.setattr(ansible, "run_playbook", run)
+    result = CliRunner().invoke(cli, ["verify", "-i", str(tmp_path)])
+    assert [seen["bound"](n) for n in (0, 2, 16, 17, 32, 64)] == [300, 300, 300, 310, 460, 780]
+    assert result.exit_code == 3
+    assert "did not finish within 460 s (ansible-playbook was stopped; a longer bound: --timeout SECONDS)" in result.stderr
 
 
 def test_cli_list_checks_is_the_catalog():
