@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """busbw / one-way TCP ratio of the gloo all-reduce between the nodes of a podman lab.
 
-Runs the allreduce_smoke worker (plugins/module_utils/allreduce_worker.py, the very file the
+Runs the allreduce_smoke worker (plugins/module_utils/allreduce/allreduce_worker.py, the very file the
 role ships) on every node of a lab at once, once per variant and repeat, interleaving variants
 so that the machine's load hits them alike, and prints for each run the busbw at the largest
 size, the one-way TCP bandwidth the worker's own probe measured in the same run (the slower
@@ -29,10 +29,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "collections"))
 
-from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import bandwidth  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils.sizes import parse_size  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce.allreduce_smoke import bandwidth  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.common.sizes import parse_size  # noqa: E402
 
-WORKER = REPO / "plugins" / "module_utils" / "allreduce_worker.py"
+WORKER = REPO / "plugins" / "module_utils" / "allreduce" / "allreduce_worker.py"
 # gloo_devices: GLOO_SOCKET_IFNAME repeated N times (N TCP pairs per peer);
 # chunk_bytes: split into async all-reduces of that size (they spread over the devices);
 # threads: torch.set_num_threads in the workers.

@@ -53,17 +53,17 @@ sys.path[:0] = [str(REPO / "collections"), str(REPO / "tests" / "unit"), str(REP
 
 import synthetic_verify as SV  # noqa: E402
 from ansible_collections.provision.cluster.plugins.filter import launchers as L  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils import baseline as B  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils import settings as ST  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils import catalog as K  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils import gpu as G  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils import isolation as I  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils import mesh_audit as M  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils import ssh_mesh as S  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import plan_from_hostvars  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_outcome  # noqa: E402
-from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document, fail_lines  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce import baseline as B  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.common import settings as ST  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health as F  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.gpu import gpu as G  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce import isolation as I  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.ssh import mesh_audit as M  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.ssh import ssh_mesh as S  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import plan_from_hostvars  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import compare_outcome  # noqa: E402
+from ansible_collections.provision.cluster.plugins.module_utils.verify.verify_report import build_document, fail_lines  # noqa: E402
 
 FIX = REPO / "tests" / "fixtures"
 PORT = 2222

@@ -2,7 +2,7 @@
 """Rewrite the generated blocks of the docs from their sources, so that no table is a hand copy.
 
 - docs/verify.md, block `checks`: the check table, from `provision verify --list-checks --json`
-  (the check catalog, plugins/module_utils/catalog.py);
+  (the check catalog, plugins/module_utils/verify/catalog.py);
 - docs/variables.md, block `variables`: every role variable with its default and meaning, from
   each role's meta/argument_specs.yml and defaults/main.yml (cluster_plan.DEFAULTS for the settings every
   stage shares).
@@ -97,7 +97,7 @@ def shared_defaults() -> dict:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "_cluster_plan", REPO / "plugins" / "module_utils" / "cluster_plan.py")
+        "_cluster_plan", REPO / "plugins" / "module_utils" / "common" / "cluster_plan.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return dict(module.DEFAULTS)

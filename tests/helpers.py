@@ -243,7 +243,7 @@ class CheckVars(dict):
         self.others = others or {}
 
     def __call__(self, name, default=None):
-        from ansible_collections.provision.cluster.plugins.module_utils import settings
+        from ansible_collections.provision.cluster.plugins.module_utils.common import settings
 
         if name in self:
             return self[name]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
-from ansible_collections.provision.cluster.plugins.module_utils.landing import landing_checks, landing_from_report
+from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.landing import landing_checks, landing_from_report
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import (
     BUILD_LOCK,
     Variables,

@@ -9,11 +9,11 @@ import os
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.provision.cluster.plugins.module_utils import baseline as B
-from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
-from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils import known_hosts as KH
-from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document, fail_lines
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce import baseline as B
+from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.ssh import known_hosts as KH
+from ansible_collections.provision.cluster.plugins.module_utils.verify.verify_report import build_document, fail_lines
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan, selection
 
 

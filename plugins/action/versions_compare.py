@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.provision.cluster.plugins.module_utils.python_env import compare_outcome
+from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import compare_outcome
 
 
 class ActionModule(ActionBase):

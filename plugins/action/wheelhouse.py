@@ -10,7 +10,7 @@ import os
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
+from ansible_collections.provision.cluster.plugins.module_utils.common import python_env as P
 
 MODULE = "provision.cluster.wheelhouse"
 

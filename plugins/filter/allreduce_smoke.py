@@ -11,7 +11,7 @@ description:
     kept in the fact cache), or none. Returns C({run, reason, lines, result}). C(run) is false only
     when O(reuse) is true and the last result was green, has the fingerprint of O(inputs) and is
     younger than O(max_age) seconds; C(lines) then is its table with a line saying why it stands.
-  - The decision is module_utils.allreduce_smoke.reuse_decision, the same one the tests exercise.
+  - The decision is module_utils.allreduce.allreduce_smoke.reuse_decision, the same one the tests exercise.
 positional: inputs
 options:
   _input:
@@ -48,16 +48,16 @@ _value:
 
 import time
 
-from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce.allreduce_smoke import (
     node_inputs,
     pair_config,
     pair_result,
     reuse_decision,
     table_lines,
 )
-from ansible_collections.provision.cluster.plugins.module_utils.bandwidth import expected_for_nodes
-from ansible_collections.provision.cluster.plugins.module_utils.isolation import next_round, pair_key
-from ansible_collections.provision.cluster.plugins.module_utils.isolation import verdict as isolation_verdict
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce.bandwidth import expected_for_nodes
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce.isolation import next_round, pair_key
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce.isolation import verdict as isolation_verdict
 
 
 def _plain(value):
@@ -84,7 +84,7 @@ def allreduce_smoke_reuse(last, inputs, reuse=False, max_age=86400, now=None, ch
 
 
 def allreduce_smoke_nodes(order, hostvars):
-    """Per node, what a green run proved about it (module_utils.allreduce_smoke.node_inputs)."""
+    """Per node, what a green run proved about it (module_utils.allreduce.allreduce_smoke.node_inputs)."""
     def get(host, name):
         value = hostvars[host].get(name) if host in hostvars else None
         return _plain(value) if value is not None else None
@@ -92,7 +92,7 @@ def allreduce_smoke_nodes(order, hostvars):
 
 
 def allreduce_smoke_expected(order, hostvars):
-    """The busbw the nodes' hardware should give (module_utils.bandwidth.expected_for_nodes), from the
+    """The busbw the nodes' hardware should give (module_utils.allreduce.bandwidth.expected_for_nodes), from the
     facts gpu_health and fabric_health (the health checks') and the NCCL interface nccl_net chose."""
     nodes = []
     for host in order:

@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: provision developers
 # Apache License 2.0
-"""Filters of the health_timer role (logic in module_utils/health_timer.py); their documentation is in
+"""Filters of the health_timer role (logic in module_utils/verify/health_timer.py); their documentation is in
 health_timer_schedule.yml, health_timer_command.yml and health_timer_parents.yml beside this file."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.provision.cluster.plugins.module_utils import health_timer as H
+from ansible_collections.provision.cluster.plugins.module_utils.verify import health_timer as H
 
 
 def health_timer_schedule(interval, timeout=None):

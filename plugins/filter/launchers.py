@@ -22,8 +22,8 @@ import shlex
 
 import yaml
 
-from ansible_collections.provision.cluster.plugins.module_utils.bashrc import render_block
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import DEFAULT_MASTER_PORT, DEFAULT_SSH_PORT, node_address
+from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import render_block
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import DEFAULT_MASTER_PORT, DEFAULT_SSH_PORT, node_address
 
 DEFAULT_PORT = DEFAULT_MASTER_PORT
 

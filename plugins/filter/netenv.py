@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: provision developers
 # Apache License 2.0
-"""Filters of the nccl_net and shell_env roles (logic in module_utils/netinfo.py and bashrc.py)."""
+"""Filters of the nccl_net and shell_env roles (logic in module_utils/net/netinfo.py and bashrc.py)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.provision.cluster.plugins.module_utils.bashrc import common_env, merge_env
-from ansible_collections.provision.cluster.plugins.module_utils.netinfo import agree
+from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import common_env, merge_env
+from ansible_collections.provision.cluster.plugins.module_utils.net.netinfo import agree
 
 
 def nccl_net_agree(results, hosts):

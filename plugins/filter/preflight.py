@@ -46,10 +46,10 @@ _value:
   type: dict
 """
 
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import (is_ssh_connection, plan_from_hostvars,
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import (is_ssh_connection, plan_from_hostvars,
                                                                                       python_problem)
-from ansible_collections.provision.cluster.plugins.module_utils.machine import PROBE, machine_verdict, parse_identity
-from ansible_collections.provision.cluster.plugins.module_utils.users import training_user_report
+from ansible_collections.provision.cluster.plugins.module_utils.common.machine import PROBE, machine_verdict, parse_identity
+from ansible_collections.provision.cluster.plugins.module_utils.common.users import training_user_report
 
 
 def preflight_python_problem(host, version_text):
@@ -76,7 +76,7 @@ def machine_identity(raw_result):
 
 
 def machine_probe(_unused=None):
-    """The sh command identity.yml runs with raw (module_utils/machine.py)."""
+    """The sh command identity.yml runs with raw (module_utils/common/machine.py)."""
     return PROBE
 
 

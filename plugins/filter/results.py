@@ -38,10 +38,10 @@ _value:
 """
 
 
-from ansible_collections.provision.cluster.plugins.module_utils.become import become_problem
-from ansible_collections.provision.cluster.plugins.module_utils.checks import fail_line
-from ansible_collections.provision.cluster.plugins.module_utils.known_hosts import proxy_of
-from ansible_collections.provision.cluster.plugins.module_utils.verify_report import unreachable
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.become import become_problem
+from ansible_collections.provision.cluster.plugins.module_utils.verify.checks import fail_line
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.known_hosts import proxy_of
+from ansible_collections.provision.cluster.plugins.module_utils.verify.verify_report import unreachable
 
 
 def any_changed(hostvars, hosts, names):

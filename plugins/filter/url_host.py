@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import url_host
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import url_host
 
 
 class FilterModule:

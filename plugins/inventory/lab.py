@@ -87,8 +87,8 @@ import subprocess
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin
 
-from ansible_collections.provision.cluster.plugins.module_utils import settings
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import DEFAULT_SSH_PORT
+from ansible_collections.provision.cluster.plugins.module_utils.common import settings
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import DEFAULT_SSH_PORT
 
 LABEL = "provision.lab"
 LABEL_INDEX = "provision.lab.index"
@@ -144,7 +144,7 @@ def lab_scales(nodes, cores):
 
 
 def _role_default(name):
-    """The number a role's defaults/main.yml gives NAME (module_utils/settings.py: plain YAML, not through
+    """The number a role's defaults/main.yml gives NAME (module_utils/common/settings.py: plain YAML, not through
     Ansible's loader, which would cache the file without the template trust the role's own loading gives
     it; ansible-core 2.19: the role's templated defaults would then stay untemplated)."""
     try:

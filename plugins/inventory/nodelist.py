@@ -98,7 +98,7 @@ import os
 
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Constructable
-from ansible_collections.provision.cluster.plugins.module_utils.nodelist import (
+from ansible_collections.provision.cluster.plugins.module_utils.common.nodelist import (
     NodeListError,
     node_number,
     parse_hostfile,

@@ -29,7 +29,7 @@ _raw:
 
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.provision.cluster.plugins.module_utils.catalog import env_python_of
+from ansible_collections.provision.cluster.plugins.module_utils.verify.catalog import env_python_of
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables
 
 

@@ -102,7 +102,7 @@ options:
     type: float
   expected:
     description:
-      - The all-reduce busbw the nodes' hardware should give (C(report)), as module_utils/bandwidth.py's
+      - The all-reduce busbw the nodes' hardware should give (C(report)), as module_utils/allreduce/bandwidth.py's
         C(expected_busbw) returns it (the role computes it from the nodes' gpu_health, fabric_health and
         NCCL interface). The result reports busbw as a fraction of it and fails below O(min_fraction).
     type: dict
@@ -160,7 +160,7 @@ pid:
   returned: started
   type: int
 holders:
-  description: Processes holding the port (C(port_free); from module_utils.ports, as port_facts).
+  description: Processes holding the port (C(port_free); from module_utils.net.ports, as port_facts).
   returned: port_free
   type: list
   elements: dict
@@ -209,13 +209,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.provision.cluster.plugins.module_utils import allreduce_worker
-from ansible_collections.provision.cluster.plugins.module_utils.allreduce_smoke import (
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce import allreduce_worker
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce.allreduce_smoke import (
     fingerprint, parse_nccl_log, summarize, table_lines)
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, NotPrivate, private_dir, read_text
-from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
-from ansible_collections.provision.cluster.plugins.module_utils.sizes import parse_size
-from ansible_collections.provision.cluster.plugins.module_utils.spawn import start_process
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, NotPrivate, private_dir, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.net.ports import port_facts
+from ansible_collections.provision.cluster.plugins.module_utils.common.sizes import parse_size
+from ansible_collections.provision.cluster.plugins.module_utils.common.spawn import start_process
 
 LOG_KEEP = 200          # lines of each rank log returned to the controller
 LOG_INTERESTING = ("WARN", "Error", "error", "Timeout", "timed out", "EADDRINUSE", "refused",

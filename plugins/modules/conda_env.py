@@ -93,7 +93,7 @@ import pwd
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
+from ansible_collections.provision.cluster.plugins.module_utils.common import python_env as P
 
 
 def env_python_version(python):

@@ -125,11 +125,11 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils import fabric_health as F
-from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
-from ansible_collections.provision.cluster.plugins.module_utils import node_facts
-from ansible_collections.provision.cluster.plugins.module_utils.files import read_text
-from ansible_collections.provision.cluster.plugins.module_utils.procs import run_bounded
+from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health as F
+from ansible_collections.provision.cluster.plugins.module_utils.gpu import gpu_health as H
+from ansible_collections.provision.cluster.plugins.module_utils.common import node_facts
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import read_text
+from ansible_collections.provision.cluster.plugins.module_utils.common.procs import run_bounded
 
 MAX_INTERVAL = 60
 

@@ -89,7 +89,7 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils import gcc as C
+from ansible_collections.provision.cluster.plugins.module_utils.common import gcc as C
 
 
 def main():

@@ -124,10 +124,10 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils import gpu as G
-from ansible_collections.provision.cluster.plugins.module_utils.gpu_health import pci_nvidia_devices
-from ansible_collections.provision.cluster.plugins.module_utils.gcc import os_family, os_release_dict
-from ansible_collections.provision.cluster.plugins.module_utils.procs import first_line, run_bounded
+from ansible_collections.provision.cluster.plugins.module_utils.gpu import gpu as G
+from ansible_collections.provision.cluster.plugins.module_utils.gpu.gpu_health import pci_nvidia_devices
+from ansible_collections.provision.cluster.plugins.module_utils.common.gcc import os_family, os_release_dict
+from ansible_collections.provision.cluster.plugins.module_utils.common.procs import first_line, run_bounded
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin"]
 NCCL_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",

@@ -172,12 +172,12 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils import gpu_health as H
-from ansible_collections.provision.cluster.plugins.module_utils import node_facts
-from ansible_collections.provision.cluster.plugins.module_utils.files import read_attr
-from ansible_collections.provision.cluster.plugins.module_utils.procs import first_line, run_bounded
-from ansible_collections.provision.cluster.plugins.module_utils.spawn import start_process
+from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.gpu import gpu_health as H
+from ansible_collections.provision.cluster.plugins.module_utils.common import node_facts
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import read_attr
+from ansible_collections.provision.cluster.plugins.module_utils.common.procs import first_line, run_bounded
+from ansible_collections.provision.cluster.plugins.module_utils.common.spawn import start_process
 
 NVIDIA_BIN_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/usr/sbin", "/sbin", "/bin"]
 MAX_LOAD_SECONDS = 60

@@ -84,8 +84,8 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, UnsafeFile, confinement
-from ansible_collections.provision.cluster.plugins.module_utils.launch import file_mode
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, UnsafeFile, confinement
+from ansible_collections.provision.cluster.plugins.module_utils.common.launch import file_mode
 
 
 def _missing_dirs(path):

@@ -96,8 +96,8 @@ pid:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.launch import poll_job, start_job, stop_job
-from ansible_collections.provision.cluster.plugins.module_utils.spawn import home_path
+from ansible_collections.provision.cluster.plugins.module_utils.common.launch import poll_job, start_job, stop_job
+from ansible_collections.provision.cluster.plugins.module_utils.common.spawn import home_path
 
 
 def main():

@@ -184,7 +184,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.netinfo import (
+from ansible_collections.provision.cluster.plugins.module_utils.net.netinfo import (
     decide, decision_checks, name_check, names_to_resolve, probe_checks, probe_tried, read_net, read_rdma,
     rendezvous_check)
 

@@ -164,16 +164,16 @@ import subprocess
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
-from ansible_collections.provision.cluster.plugins.module_utils.limits import (
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.common.limits import (
     apply_container_policy, check_memlock, check_nofile, check_shm, fstab_with_shm, limits_dropin_lines,
     pam_limit_culprits, render_dropin, validate_dropin,
 )
-from ansible_collections.provision.cluster.plugins.module_utils.node_facts import (
+from ansible_collections.provision.cluster.plugins.module_utils.common.node_facts import (
     collect_snapshot, node_identity, parse_capeff, parse_limits, runtime_facts,
 )
-from ansible_collections.provision.cluster.plugins.module_utils.sizes import docker_size, parse_size
-from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
+from ansible_collections.provision.cluster.plugins.module_utils.common.sizes import docker_size, parse_size
+from ansible_collections.provision.cluster.plugins.module_utils.common.users import as_user
 
 MEASURE = "cat /proc/self/limits /proc/self/status"
 

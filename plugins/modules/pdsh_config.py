@@ -116,9 +116,9 @@ import socket
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
-from ansible_collections.provision.cluster.plugins.module_utils.pdsh import missing_answers, parse_pdsh_output
-from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.pdsh import missing_answers, parse_pdsh_output
+from ansible_collections.provision.cluster.plugins.module_utils.common.users import as_user
 
 
 def main():

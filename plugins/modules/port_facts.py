@@ -128,7 +128,7 @@ failed_checks:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.ports import (
+from ansible_collections.provision.cluster.plugins.module_utils.net.ports import (
     check_port,
     listeners,
     port_facts,

@@ -149,11 +149,11 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, UnsafeFile, confinement
-from ansible_collections.provision.cluster.plugins.module_utils.bashrc import MarkerError
-from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
-from ansible_collections.provision.cluster.plugins.module_utils.spawn import home_path
-from ansible_collections.provision.cluster.plugins.module_utils.bashrc import (
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, UnsafeFile, confinement
+from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import MarkerError
+from ansible_collections.provision.cluster.plugins.module_utils.common import shell_env_check as C
+from ansible_collections.provision.cluster.plugins.module_utils.common.spawn import home_path
+from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import (
     deepspeed_keys_of, deepspeed_safe, find_guard, lost_exports, place_block, remove_block, render_block, split_block,
     update_deepspeed_env)
 

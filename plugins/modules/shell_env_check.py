@@ -73,8 +73,8 @@ where:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils import bashrc as B
-from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
+from ansible_collections.provision.cluster.plugins.module_utils.common import bashrc as B
+from ansible_collections.provision.cluster.plugins.module_utils.common import shell_env_check as C
 
 
 def main():

@@ -105,8 +105,8 @@ import pwd
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, UnsafeFile, confinement, read_text
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import ensure_keypair, normalize_key, user_runner
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, UnsafeFile, confinement, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.ssh_mesh import ensure_keypair, normalize_key, user_runner
 
 
 def host_public_keys(directory):

@@ -106,10 +106,10 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.landing import (
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.landing import (
     LANDING_SCRIPT, landing_checks, landing_from_report, landing_pair,
 )
-from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
+from ansible_collections.provision.cluster.plugins.module_utils.common.users import as_user
 
 
 def probe(ssh, popen_user, alias, peer, timeout, retries=1):

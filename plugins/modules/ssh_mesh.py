@@ -146,8 +146,8 @@ import pwd
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, UnsafeFile, confinement
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, UnsafeFile, confinement
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.ssh_mesh import (
     MarkerError,
     alias_ok,
     authorized_keys_lines,

@@ -179,13 +179,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import UnsafeFile, read_text, read_user_file
-from ansible_collections.provision.cluster.plugins.module_utils.landing import (
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import UnsafeFile, read_text, read_user_file
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.landing import (
     LANDING_SCRIPT, landing_checks, landing_pair, parse_landing_report)
-from ansible_collections.provision.cluster.plugins.module_utils.mesh_audit import summarize
-from ansible_collections.provision.cluster.plugins.module_utils.ssh_mesh import (
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.mesh_audit import summarize
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.ssh_mesh import (
     classify_ssh_error, strict_modes_check, strict_modes_problems)
-from ansible_collections.provision.cluster.plugins.module_utils.users import as_user
+from ansible_collections.provision.cluster.plugins.module_utils.common.users import as_user
 
 
 def run_cell(ssh, target, expect, p, deadline, popen_user):

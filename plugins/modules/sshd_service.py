@@ -128,10 +128,10 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter, read_text
-from ansible_collections.provision.cluster.plugins.module_utils.ports import port_facts
-from ansible_collections.provision.cluster.plugins.module_utils.spawn import start_process
-from ansible_collections.provision.cluster.plugins.module_utils.sshd import (
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.net.ports import port_facts
+from ansible_collections.provision.cluster.plugins.module_utils.common.spawn import start_process
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.sshd import (
     config_digest,
     configured_ports,
     effective_problems,

@@ -10,7 +10,7 @@ short_description: Run one node's checks of the verify catalog, all at once
 description:
   - An action plugin (plugins/action/verify_node.py; this file only documents it). For the checks
     selected by O(select), it takes each check's entry in the check catalog
-    (plugins/module_utils/catalog.py), builds the read-only module's arguments from the cluster plan
+    (plugins/module_utils/verify/catalog.py), builds the read-only module's arguments from the cluster plan
     (C(cluster_plan)) and the node's variables (each role's own defaults), and runs those modules on
     the node at the same time over its connection. The task takes as long as the slowest check.
   - Returns the checks as Check records (node, check, status, detail, fix). A module that fails or

@@ -65,5 +65,5 @@ check:
   type: dict
 """
 
-# The work is done by plugins/action/versions_compare.py (module_utils.python_env.compare_outcome);
+# The work is done by plugins/action/versions_compare.py (module_utils.common.python_env.compare_outcome);
 # this file documents the module for ansible-doc.

@@ -97,8 +97,8 @@ import subprocess
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
-from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter
+from ansible_collections.provision.cluster.plugins.module_utils.common import python_env as P
 
 
 def main():

@@ -97,8 +97,8 @@ import urllib.parse
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError, open_url
-from ansible_collections.provision.cluster.plugins.module_utils.files import FileWriter
-from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter
+from ansible_collections.provision.cluster.plugins.module_utils.common import python_env as P
 
 NODE_MANIFEST = ".provision-wheelhouse-node.json"
 

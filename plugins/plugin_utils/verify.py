@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleUndefinedVariable
 
-from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import (DEFAULTS, plan_from_hostvars,
+from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import (DEFAULTS, plan_from_hostvars,
                                                                                       running_stages)
-from ansible_collections.provision.cluster.plugins.module_utils.settings import ROLES as _ROLES, default, role_of
+from ansible_collections.provision.cluster.plugins.module_utils.common.settings import ROLES as _ROLES, default, role_of
 
 _DEFAULTS = {}
 _DEFAULTS_LOCK = threading.Lock()

@@ -5,7 +5,7 @@
 inventory, each step's verdict, the expected busbw and the summary.
 
 Runs with the interpreter that holds torch (the node's python) and only the standard library; the
-expected-busbw step imports the collection's module_utils.bandwidth from this checkout.
+expected-busbw step imports the collection's module_utils.allreduce.bandwidth from this checkout.
 
     proof.py prereq  OUT SITE WHEELS   check (and install from WHEELS into SITE) what the run needs
     proof.py plan    OUT               GPUs, the master port, the inventory; prints shell assignments
@@ -55,7 +55,7 @@ STEPS = [
     ("allreduce", "playbooks/allreduce_smoke.yml, NCCL, one rank per GPU", True),
     ("allreduce_gloo", "playbooks/allreduce_smoke.yml, gloo (stands in for NCCL without a GPU)", False),
     ("verify_local", "provision verify --local --json", False),
-    ("expected_busbw", "module_utils/bandwidth.py on the hardware read", True),
+    ("expected_busbw", "module_utils/allreduce/bandwidth.py on the hardware read", True),
 ]
 TITLES = {name: title for name, title, _gpu in STEPS}
 
@@ -652,7 +652,7 @@ def expected(out):
     """The busbw this node's hardware should give, alone and as one of two such nodes (bandwidth.py)."""
     out = Path(out)
     sys.path.insert(0, str(REPO / "collections"))
-    from ansible_collections.provision.cluster.plugins.module_utils import bandwidth as B
+    from ansible_collections.provision.cluster.plugins.module_utils.allreduce import bandwidth as B
 
     gpu_evs = events(out, "gpu")
     facts = _gpu_facts(gpu_evs)

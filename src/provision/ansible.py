@@ -45,8 +45,9 @@ def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def collection_module(name: str):
-    """A module of the collection (plugins/module_utils/NAME) imported into the CLI's process, so the
-    CLI uses the very code the playbooks run (the check catalog, the document builder, diagnosis)."""
+    """A module of the collection (plugins/module_utils/GROUP/NAME.py, named "GROUP.NAME") imported into the
+    CLI's process, so the CLI uses the very code the playbooks run (the check catalog, the document builder,
+    diagnosis)."""
     where = str(paths.collections_dir())
     if where not in sys.path:
         sys.path.insert(0, where)

@@ -64,7 +64,7 @@ class HostFailure(Exception):
 
 
 # ====================================================================== pure: host keys
-# (plugins/module_utils/known_hosts.py: the same code verify uses to name a changed host key)
+# (plugins/module_utils/ssh/known_hosts.py: the same code verify uses to name a changed host key)
 
 def _collection_module(name):
     from provision.ansible import collection_module
@@ -73,13 +73,13 @@ def _collection_module(name):
 
 
 def _known_hosts():
-    return _collection_module("known_hosts")
+    return _collection_module("ssh.known_hosts")
 
 
 _kh = _known_hosts()
-# the ansible_connection values that log in over SSH (plugins/module_utils/cluster_plan.py: the one list,
+# the ansible_connection values that log in over SSH (plugins/module_utils/common/cluster_plan.py: the one list,
 # which the sshd and ssh_mesh roles read too)
-SSH_CONNECTIONS = frozenset(_collection_module("cluster_plan").SSH_CONNECTIONS)
+SSH_CONNECTIONS = frozenset(_collection_module("common.cluster_plan").SSH_CONNECTIONS)
 KEY_LABELS = _kh.KEY_LABELS
 fingerprint, key_label, host_pattern = _kh.fingerprint, _kh.key_label, _kh.host_pattern
 host_field_matches, KnownKey, known_keys_for = _kh.host_field_matches, _kh.KnownKey, _kh.known_keys_for

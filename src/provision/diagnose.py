@@ -1,7 +1,7 @@
 """`provision diagnose` core: read the logs of a failed multi-node job and name the first failure, its node and the
 fix, then what followed from it.
 
-The mapping itself is the collection's plugins/module_utils/diagnose.py (the smoke test and
+The mapping itself is the collection's plugins/module_utils/verify/diagnose.py (the smoke test and
 `provision launch` use the same one); this module finds the logs (files, directories, stdin), streams
 each through its ``Scanner`` and builds the document:
 
@@ -35,7 +35,7 @@ class DiagnoseError(Exception):
 
 
 def _engine():
-    return collection_module("diagnose")
+    return collection_module("verify.diagnose")
 
 
 def _looks_like_text(path: str) -> bool:

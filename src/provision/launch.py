@@ -132,7 +132,7 @@ def become_line(res: dict, host: str) -> str:
     """What is wrong with become (sudo) when that is why the task failed, else ''."""
     if not (res.get("failed") or res.get("unreachable")):
         return ""
-    become = ansible.collection_module("become")
+    become = ansible.collection_module("ssh.become")
     message = " ".join(str(res.get(k) or "") for k in ("msg", "module_stderr", "module_stdout"))
     found = become.become_problem(host or "the node", message)
     return "%s; fix: %s" % found if found else ""

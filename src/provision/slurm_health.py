@@ -180,7 +180,7 @@ def install_problems(prefix: str | None = None, packages: list[str] | None = Non
     from provision.ansible import collection_module
     from provision.paths import collections_dir
 
-    env = collection_module("python_env")
+    env = collection_module("common.python_env")
     prefix = prefix or sys.prefix
     if env.is_environment(prefix):
         return env.untrusted(prefix)

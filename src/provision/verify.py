@@ -1,7 +1,7 @@
 """`provision verify`: run playbooks/verify.yml read-only and hand back its document.
 
-The checks are the collection's catalog (plugins/module_utils/catalog.py) and its modules, and the
-document is built by the playbook's last task (plugins/module_utils/verify_report.py); this module
+The checks are the collection's catalog (plugins/module_utils/verify/catalog.py) and its modules, and the
+document is built by the playbook's last task (plugins/module_utils/verify/verify_report.py); this module
 only picks the checks, runs ansible-playbook, follows its progress and adds what only the CLI knows
 (the inventory, the limit, the run's duration).
 """
@@ -28,7 +28,7 @@ class VerifyError(Exception):
 
 
 def catalog():
-    return ansible.collection_module("catalog")
+    return ansible.collection_module("verify.catalog")
 
 
 def checks() -> dict[str, str]:

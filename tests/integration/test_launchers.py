@@ -223,7 +223,7 @@ def fabric(rendered):
     inventory reaches the nodes over ssh (first contact is done), as on a real cluster: the
     launcher on each node starts from a shell that read the block.
     -> {node: {"env": {NAME: value}, "path": {"PATH": [dirs]}}} what each node's block sets."""
-    from ansible_collections.provision.cluster.plugins.module_utils.shell_env_check import block_exports
+    from ansible_collections.provision.cluster.plugins.module_utils.common.shell_env_check import block_exports
 
     started = time.monotonic()
     res = run_playbook("site.yml", lab_name=LAB, extra_args=["--tags", FABRIC_TAGS], timeout=bounds.STAGES)

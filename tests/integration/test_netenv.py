@@ -12,7 +12,7 @@ import pytest
 import bounds
 from helpers import PlaybookResult, REPO, ansible_env, lab_name, node_exec, run_playbook, tool
 
-from ansible_collections.provision.cluster.plugins.module_utils import bashrc as br
+from ansible_collections.provision.cluster.plugins.module_utils.common import bashrc as br
 
 pytestmark = pytest.mark.lab
 

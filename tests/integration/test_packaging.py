@@ -44,7 +44,7 @@ def test_cli_and_content_come_from_the_wheel(installed):
     content, colls = root.stdout.split()
     assert "site-packages" in content and str(REPO) not in content
     for rel in ("site.yml", "ansible.cfg", "playbooks/preflight.yml", "roles/preflight/tasks/main.yml",
-                "plugins/module_utils/cluster_plan.py", "plugins/inventory/lab.py", "inventory/lab/lab.yml"):
+                "plugins/module_utils/common/cluster_plan.py", "plugins/inventory/lab.py", "inventory/lab/lab.yml"):
         assert os.path.exists(os.path.join(content, rel)), rel
     assert os.path.isdir(os.path.join(colls, "ansible_collections", "provision", "cluster", "roles"))
     # the controller only: ansible-core and the CLI's libraries, nothing of the lab, the tests or torch

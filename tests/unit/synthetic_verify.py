@@ -17,12 +17,12 @@ import json
 from pathlib import Path
 
 from ansible_collections.provision.cluster.plugins.filter.allreduce_smoke import allreduce_smoke_isolated
-from ansible_collections.provision.cluster.plugins.module_utils import bandwidth as BW
-from ansible_collections.provision.cluster.plugins.module_utils import baseline as B
-from ansible_collections.provision.cluster.plugins.module_utils import isolation as I
-from ansible_collections.provision.cluster.plugins.module_utils.limits import check_shm
-from ansible_collections.provision.cluster.plugins.module_utils.settings import default as _default
-from ansible_collections.provision.cluster.plugins.module_utils.verify_report import build_document
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce import bandwidth as BW
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce import baseline as B
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce import isolation as I
+from ansible_collections.provision.cluster.plugins.module_utils.common.limits import check_shm
+from ansible_collections.provision.cluster.plugins.module_utils.common.settings import default as _default
+from ansible_collections.provision.cluster.plugins.module_utils.verify.verify_report import build_document
 
 _TOL, _LINK_TOL = _default("verify_baseline_tolerance"), _default("verify_baseline_link_tolerance")
 

@@ -2,7 +2,7 @@
 
 The settings every stage shares have their defaults in cluster_plan.DEFAULTS; a role's own settings
 (verify's included: roles/verify) in roles/<role>/defaults/main.yml. Everything else reads them from
-there (the provision.cluster.setting lookup, plugin_utils/verify.py Variables, module_utils/settings.py).
+there (the provision.cluster.setting lookup, plugin_utils/verify.py Variables, module_utils/common/settings.py).
 These tests fail when a default is restated: a shared literal in code, a `| default(literal)` of a
 setting, a Python fallback `var("setting") or literal`, an argument spec whose default differs from
 the defaults file, or a check that verify runs with other bounds than its stage.
@@ -16,12 +16,12 @@ import re
 import helpers  # (puts collections/ on sys.path)
 import pytest
 import yaml
-from ansible_collections.provision.cluster.plugins.module_utils import catalog as K
-from ansible_collections.provision.cluster.plugins.module_utils import cluster_plan, settings
+from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils.common import cluster_plan, settings
 
 REPO = helpers.REPO
 CODE = ("plugins", "src", "roles", "playbooks", "site.yml")
-HOME = REPO / "plugins" / "module_utils" / "cluster_plan.py"
+HOME = REPO / "plugins" / "module_utils" / "common" / "cluster_plan.py"
 # the shared literals whose only home is cluster_plan.DEFAULTS
 SHARED = {"sshd_port": 2222, "cluster_master_port": 29500}
 # Python strings that are documentation, not code: a module's or plugin's DOCUMENTATION/EXAMPLES/RETURN
@@ -248,4 +248,4 @@ def test_one_list_of_ssh_connections():
     lists = []
     for path in _files(".py", ".yml"):
         lists += ["%s" % path.relative_to(REPO) for _ in re.finditer(r"['\"]smart['\"]", path.read_text())]
-    assert lists == ["plugins/module_utils/cluster_plan.py"], lists
+    assert lists == ["plugins/module_utils/common/cluster_plan.py"], lists

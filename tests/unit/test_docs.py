@@ -134,7 +134,7 @@ NOT_INVENTORY = {"cluster_plan", "cluster_gpu_counts", "cluster_link", "cluster_
 
 
 def test_readme_lists_every_cluster_wide_variable():
-    from ansible_collections.provision.cluster.plugins.module_utils import cluster_plan
+    from ansible_collections.provision.cluster.plugins.module_utils.common import cluster_plan
 
     used = set()
     for folder in ("roles", "playbooks", "plugins", "inventory"):

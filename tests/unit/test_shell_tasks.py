@@ -9,7 +9,7 @@ import re
 import helpers
 import yaml
 
-from ansible_collections.provision.cluster.plugins.module_utils.cluster_plan import url_host
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import url_host
 
 SHELL_MODULES = ("ansible.builtin.shell", "ansible.builtin.raw", "shell", "raw")
 
@@ -35,7 +35,7 @@ def shell_commands():
 
 
 # whole commands our filters build from constants alone (no value goes in): nothing to quote
-CONSTANT_COMMANDS = {"none | provision.cluster.machine_probe"}   # module_utils/machine.py PROBE
+CONSTANT_COMMANDS = {"none | provision.cluster.machine_probe"}   # module_utils/common/machine.py PROBE
 
 
 def test_every_templated_value_in_a_shell_command_is_quoted():

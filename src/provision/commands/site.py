@@ -25,7 +25,7 @@ def playbook_argv(inventory: str, stage: str | None, extra: tuple[str, ...] | li
 
 @click.command("site", context_settings={"ignore_unknown_options": True})
 @ansible_options
-@click.option("--stage", type=click.Choice(ansible.collection_module("cluster_plan").STAGES), default=None,
+@click.option("--stage", type=click.Choice(ansible.collection_module("common.cluster_plan").STAGES), default=None,
               help="Run one stage only.")
 @click.option("-C", "--check", "dry_run", is_flag=True,
               help="Ansible's dry run (ansible-playbook --check): change nothing, say what would change.")

@@ -21,7 +21,7 @@ from provision.commands._options import ansible_args, ansible_options, deprecate
 from provision.terminal import Terminal, make_table
 
 # where each setting's default is written (roles/verify/defaults/main.yml for verify's own)
-_SETTINGS = ansible.collection_module("settings")
+_SETTINGS = ansible.collection_module("common.settings")
 
 
 class Progress:

@@ -389,7 +389,7 @@ def _cluster_ssh_port() -> int:
     a node over ssh."""
     from provision.ansible import collection_module
 
-    return int(collection_module("cluster_plan").DEFAULT_SSH_PORT)
+    return int(collection_module("common.cluster_plan").DEFAULT_SSH_PORT)
 
 
 # systemd nodes: the VM's own sshd (port 22, run by systemd) takes the password login

@@ -94,7 +94,7 @@ def record_host_keys(known_hosts: Path, address: str, lines: list[str]) -> None:
     """known_hosts with exactly these keys for ADDRESS (port 22: the bare address), the others kept."""
     from provision.ansible import collection_module
 
-    kh = collection_module("known_hosts")
+    kh = collection_module("ssh.known_hosts")
     entries = []
     for line in lines:
         fields = line.split()

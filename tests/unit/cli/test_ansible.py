@@ -76,8 +76,8 @@ def test_run_playbook_bound_grows_with_the_hosts_it_reports(tmp_path):
 
 
 def test_collection_module_is_the_playbooks_code():
-    catalog = ansible.collection_module("catalog")
-    assert catalog.__name__ == "ansible_collections.provision.cluster.plugins.module_utils.catalog"
+    catalog = ansible.collection_module("verify.catalog")
+    assert catalog.__name__ == "ansible_collections.provision.cluster.plugins.module_utils.verify.catalog"
 
 
 def test_run_playbook_hands_the_become_password_on_stdin(tmp_path):

@@ -1,5 +1,5 @@
 """`provision diagnose` (src/provision/diagnose.py, src/provision/commands/diagnose.py); the rules themselves:
-tests/unit/plugins/module_utils/test_diagnose.py, the diagnosis `provision launch` prints: test_launch.py."""
+tests/unit/plugins/module_utils/verify/test_diagnose.py, the diagnosis `provision launch` prints: test_launch.py."""
 
 from __future__ import annotations
 

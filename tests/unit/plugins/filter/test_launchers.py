@@ -1,4 +1,4 @@
-"""Renderers (plugins/filter/launchers.py); the launch_dir decision and job control: tests/unit/plugins/module_utils/test_launch.py."""
+"""Renderers (plugins/filter/launchers.py); the launch_dir decision and job control: tests/unit/plugins/module_utils/common/test_launch.py."""
 
 from __future__ import annotations
 

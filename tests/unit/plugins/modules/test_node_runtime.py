@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from helpers import REPO, ansible_env, tool
-from ansible_collections.provision.cluster.plugins.module_utils import limits as LIM
-from ansible_collections.provision.cluster.plugins.module_utils import node_facts as NF
+from ansible_collections.provision.cluster.plugins.module_utils.common import limits as LIM
+from ansible_collections.provision.cluster.plugins.module_utils.common import node_facts as NF
 
 
 def _run(tmp_path, *extra, check=False):

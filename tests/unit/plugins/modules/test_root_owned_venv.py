@@ -11,7 +11,7 @@ import sys
 
 import helpers
 import pytest
-from ansible_collections.provision.cluster.plugins.module_utils import python_env as P
+from ansible_collections.provision.cluster.plugins.module_utils.common import python_env as P
 
 
 def fake_venv(root, marker, owner=None):

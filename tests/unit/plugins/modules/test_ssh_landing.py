@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from helpers import REPO
-from ansible_collections.provision.cluster.plugins.module_utils import landing as LD
+from ansible_collections.provision.cluster.plugins.module_utils.ssh import landing as LD
 from ansible_collections.provision.cluster.plugins.modules import ssh_landing as L
 
 RT = REPO / "tests" / "fixtures" / "runtime"

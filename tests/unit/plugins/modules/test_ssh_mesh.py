@@ -63,7 +63,7 @@ def test_ssh_mesh_module_makes_the_controller_key_once(tmp_path):
 
 
 def test_sshd_keeps_port_22_beside_the_cluster_port_on_a_systemd_host():
-    from ansible_collections.provision.cluster.plugins.module_utils import sshd as S
+    from ansible_collections.provision.cluster.plugins.module_utils.ssh import sshd as S
 
     from helpers import REPO
     debian = (REPO / "tests/fixtures/ssh/debian12-sshd_config.txt").read_text()

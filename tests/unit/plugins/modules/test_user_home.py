@@ -221,8 +221,8 @@ def test_launch_dir_outside_a_home_gives_only_the_directories_it_made(scratch_us
 
 
 def test_the_env_check_does_not_read_a_linked_bashrc_as_root(scratch_user, monkeypatch):
-    from ansible_collections.provision.cluster.plugins.module_utils import bashrc as B
-    from ansible_collections.provision.cluster.plugins.module_utils import shell_env_check as C
+    from ansible_collections.provision.cluster.plugins.module_utils.common import bashrc as B
+    from ansible_collections.provision.cluster.plugins.module_utils.common import shell_env_check as C
 
     scratch_user.patch(monkeypatch)
     scratch_user.secret.write_text(B.render_block({"env": {"SECRET": "from-root"}}))

@@ -1,0 +1,227 @@
+"""The check catalog (plugins/module_utils/verify/catalog.py): selection, the records of a module result,
+and which stage result of this run stands in for a check inside site.yml."""
+
+from __future__ import annotations
+
+import helpers  # (puts collections/ on sys.path)
+import pytest
+from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
+
+PLAN = {"nodes": [{"name": "n1", "address": "10.0.0.1"}, {"name": "n2", "address": "10.0.0.2"}],
+        "hosts": ["n1", "n2"], "address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1",
+        "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222, "user": "train"}
+
+
+Var = helpers.CheckVars
+
+
+def ctx(mine=None, others=None, host="n1"):
+    return K.Context(host, PLAN, ["n1", "n2"], Var(mine or {}, others))
+
+
+def test_selection_reach_always_smoke_only_when_asked_and_unknown_names():
+    assert K.select() == [n for n in K.PUBLIC if n != "smoke"]
+    assert K.select(["mesh", "gcc"]) == ["reach", "mesh", "gcc"]
+    assert K.select([]) == ["reach"]
+    assert K.select(None, smoke=True)[-1] == "smoke"
+    with pytest.raises(K.UnknownCheck, match="unknown check nope; known: reach, sshd"):
+        K.select(["nope"])
+
+
+def test_a_name_runs_what_its_checks_need_but_reports_only_its_own():
+    assert K.expand(["reach", "nccl"]) == ["reach", "env", "nccl", "nccl_in_effect"]
+    assert K.reported(["reach", "nccl"]) == ["reach", "nccl", "nccl_in_effect"]
+    assert "landing" in K.expand(["runtime"]) and "compare" in K.expand(["versions"])
+
+
+def test_every_entry_with_a_module_builds_its_arguments_from_the_plan_and_role_defaults():
+    defaults = {"node_runtime_min_nofile": 16384, "node_runtime_shm_min": "1g", "pdsh_hosts_file": "/etc/pdsh/hosts",
+                "gcc_toolchain_min_version": "9", "python_env_path": "/opt/provision/venv",
+                "python_env_backend": "venv"}
+    c = ctx(defaults)
+    for spec in K.CATALOG:
+        if spec.module and spec.phase == K.NODE:
+            args = spec.args(c)
+            assert isinstance(args, dict) and args, spec.name
+    assert K.BY_NAME["sshd"].args(c)["ports"] == [2222]
+    assert K.BY_NAME["ports"].args(c)["ports"] == [29500]
+    assert K.BY_NAME["runtime"].args(c)["cluster_address"] == "10.0.0.1"
+    assert K.BY_NAME["runtime"].args(c)["cluster_user"] == "train"
+    assert K.BY_NAME["versions"].args(c)["python"] == "/opt/provision/venv/bin/python"
+    assert K.BY_NAME["versions"].args(c)["cache"] == "/opt/provision/venv/.provision-versions.json"
+    assert K.BY_NAME["nccl"].args(c)["rendezvous"] == {"name": "n1", "address": "10.0.0.1", "port": 29500}
+    conda = ctx(dict(defaults, python_env_backend="conda", python_env_conda_prefix="/opt/conda",
+                     python_env_conda_env_name="ml"))
+    assert K.BY_NAME["versions"].args(conda)["python"] == "/opt/conda/envs/ml/bin/python"
+    assert K.BY_NAME["versions"].args(ctx(dict(defaults, verify_python="/x/bin/python")))["python"] == "/x/bin/python"
+
+
+def test_records_name_the_node_and_one_shape_for_every_outcome():
+    spec = K.BY_NAME["ports"]
+    listed = {"checks": [{"check": "port 29500", "status": "fail", "detail": "29500 is held by pid 42 (python)\nmore",
+                          "fix": "stop it: kill 42"}]}
+    assert spec.records("n1", listed) == [{"check": "port 29500 free", "status": "fail", "node": "n1",
+                                          "detail": "29500 is held by pid 42 (python)", "fix": "stop it: kill 42"}]
+    crashed = spec.records("n1", {"failed": True, "msg": "MODULE FAILURE\nSee stdout/stderr"})
+    assert crashed[0]["status"] == "fail" and crashed[0]["detail"] == "MODULE FAILURE"
+    assert "provision verify --only ports -v" in crashed[0]["fix"]
+    assert spec.records("n1", {"skipped": True}) == []
+    down = spec.records("n1", {"unreachable": True, "msg": "timed out"})
+    assert down[0]["status"] == "fail" and "make n1 reachable" in down[0]["fix"]
+
+
+def test_sshd_failure_names_the_stage_that_fixes_it_once():
+    spec = K.BY_NAME["sshd"]
+    out = spec.records("n2", {"checks": [{"check": "port 2222", "status": "fail", "detail": "nothing listens on 2222",
+                                         "fix": "set Port 2222"}]})
+    assert out[0]["check"] == "sshd listening (port 2222)"
+    assert out[0]["fix"] == ("set Port 2222; the sshd role does it: ansible-playbook site.yml --tags sshd --limit n2")
+    named = spec.records("n2", {"checks": [{"check": "sshd listening on 2222", "status": "pass", "detail": "ok"}]})
+    assert named[0]["check"] == "sshd listening on 2222"
+
+
+def test_the_nccl_interface_from_the_env_block_is_named_so():
+    c = ctx()
+    c.results = {"env": {"seen": {"NCCL_SOCKET_IFNAME": "ib0"}}, "nccl": {"socket_ifname": "eth1"}}
+    spec = K.BY_NAME["nccl_in_effect"]
+    assert spec.when(c) and spec.args(c)["socket_ifname"] == "ib0"
+    bad, skipped = spec.records("n2", {"checks": [
+        {"check": "nccl_net.socket_ifname", "status": "fail",
+         "detail": "n2: nccl_net_socket_ifname=ib0: no such interface (have: eth0, eth1, lo)",
+         "fix": "set nccl_net_socket_ifname, or fix cluster_address"},
+        {"check": "nccl_net.ib", "status": "skip", "detail": "n2: NCCL_IB_DISABLE=1", "fix": ""}]}, c)
+    assert bad["detail"] == ("NCCL_SOCKET_IFNAME=ib0 from ~/.bashrc (what non-interactive ssh gets): "
+                             "n2: no such interface (have: eth0, eth1, lo)")
+    assert bad["fix"].startswith("the env block exports another interface than nccl_net chose: "
+                                 "ansible-playbook site.yml --tags shell_env --limit n2")
+    assert skipped["detail"] == "n2: NCCL_IB_DISABLE=1"
+    c.results["env"]["seen"]["NCCL_SOCKET_IFNAME"] = "eth1"
+    assert not spec.when(c)
+
+
+CHECKS = [{"check": "x", "status": "pass", "detail": "ok", "fix": ""}]
+
+
+@pytest.mark.parametrize("name, var, result, reused", [
+    ("sshd", "sshd_result", {"found": True, "changed": False, "checks": CHECKS}, True),
+    ("sshd", "sshd_result", {"found": True, "changed": True, "checks": CHECKS}, False),
+    ("mesh", "ssh_mesh_result", {"changed": True, "checks": CHECKS}, True),    # its check ran after the changes
+    ("mesh", "ssh_mesh_result", {"checks": []}, False),
+    ("gcc", "gcc_toolchain_result", {"checks": CHECKS, "plan": {"missing": []},
+                                     "ansible_facts": {"gcc_toolchain_facts": {"meets_min": True}}}, True),
+    ("gcc", "gcc_toolchain_result", {"checks": CHECKS, "plan": {"missing": ["g++"]},
+                                     "ansible_facts": {"gcc_toolchain_facts": {"meets_min": True}}}, False),
+    ("gpu", "cuda_toolkit_result", {"checks": CHECKS, "plan": {"action": "install"}}, False),
+    ("gpu", "cuda_toolkit_result", {"checks": CHECKS, "plan": {}}, True),
+    ("versions", "python_env_result", {"checks": CHECKS, "versions": {"torch": "2.13.0"}}, True),
+    ("versions", "python_env_result", {"checks": CHECKS, "versions": None}, False),
+    ("nccl", "nccl_net_result", {"checks": CHECKS, "probed": False}, False),
+    ("env", "shell_env_result", {"changed": True, "env_check": {"checks": CHECKS}}, True),
+    ("runtime", "node_runtime_result", {"changed": True, "checks": CHECKS}, False),
+    ("ports", "preflight_result", {"checks": CHECKS}, True),
+    # GPU health: the stage's reading on a GPU node; no GPU read and none on the PCI bus stands for the skips
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "health": {"checks": CHECKS}}, True),
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "health": {"checks": CHECKS, "failed": True}}, False),
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {
+        "gpu_count": 0, "reason": "nvidia-smi not found: no NVIDIA driver on this node", "pci_gpus": []}}}, True),
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {
+        "gpu_count": 0, "reason": "nvidia-smi not found", "pci_gpus": ["00000000:18:00.0"]}}}, False),
+    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {"gpu_count": 0}}}, False),
+    ("fabric", "nccl_net_result", {"checks": CHECKS, "rdma": []}, True),
+    ("fabric", "nccl_net_result", {"checks": CHECKS, "rdma": ["mlx5_0"]}, False),
+    ("fabric", "nccl_net_result", {"checks": CHECKS}, False),
+])
+def test_which_stage_results_stand_in_for_a_check(name, var, result, reused):
+    assert (K.BY_NAME[name].reuse(ctx({var: result})) is not None) is reused
+
+
+def test_pdsh_checked_from_the_first_node_only_stands_for_the_others():
+    first = {"found": True, "checked": True, "checks": CHECKS}
+    other = {"found": True, "checked": False, "checks": []}
+    unchanged_fabric = {"ssh_mesh_result": {"fabric_changed": False}}
+    assert K.BY_NAME["pdsh"].reuse(ctx(dict(unchanged_fabric, pdsh_result=other), {"n1": {"pdsh_result": first}},
+                                       host="n2")) == {"checks": []}
+    changed_fabric = {"ssh_mesh_result": {"fabric_changed": True}}
+    assert K.BY_NAME["pdsh"].reuse(ctx(dict(changed_fabric, pdsh_result=other), {"n1": {"pdsh_result": first}},
+                                       host="n2")) is None
+    assert K.BY_NAME["pdsh"].reuse(ctx({"pdsh_result": dict(first, found=False)})) is None
+
+
+def test_describe_lists_every_public_check_once():
+    names = [n for n, _ in K.describe()]
+    assert names == K.PUBLIC and len(set(names)) == len(names)
+    records = K.describe_checks()
+    assert [r["name"] for r in records] == K.PUBLIC
+    assert [r["summary"] for r in records] == [s for _, s in K.describe()]
+    # every entry a --check NAME runs shows up under it: its module, or the controller's comparison
+    for r in records:
+        entries = [K.BY_NAME[e] for e in K.reported([r["name"]])]
+        assert set(r["modules"]) == {e.module for e in entries if e.module}
+        assert r["controller"] == any(e.phase == K.CLUSTER for e in entries)
+        assert r["local_default"] == (r["name"] in K.LOCAL_DEFAULT) and (r["local"] or not r["local_default"])
+
+
+def test_sshd_down_on_a_node_without_init_says_why_a_restart_lost_it():
+    c = ctx()
+    spec = K.BY_NAME["sshd"]
+    result = {"init": "catatonit", "checks": [{"check": "port 2222", "status": "fail", "detail": "2222 is free",
+                                               "fix": "start the service that should listen on 2222"}]}
+    c.results = {"sshd": result}
+    (rec,) = spec.records("n1", result, c)
+    assert rec["detail"] == "2222 is free; PID 1 is catatonit, no init system: nothing starts sshd again after the node restarts"
+    assert rec["fix"].startswith("ansible-playbook site.yml --tags sshd --limit n1 after every restart, or start sshd")
+    c.results = {"sshd": dict(result, init="systemd")}
+    (rec,) = spec.records("n1", dict(result, init="systemd"), c)
+    assert "no init system" not in rec["detail"] and "the sshd role does it" in rec["fix"]
+
+
+def test_site_yml_verify_pass_leaves_out_the_checks_of_skipped_stages():
+    from ansible_collections.provision.cluster.plugins.plugin_utils.verify import selection
+
+    everything, _ = selection(None, False, True, {"ansible_run_tags": ["all"], "ansible_skip_tags": []})
+    assert everything == K.select()
+    skipped, entries = selection(None, False, True, {"ansible_run_tags": ["all"], "ansible_skip_tags": ["python_env"]})
+    assert "versions" not in skipped and "sshd" in skipped
+    # provision verify itself (not in site.yml) never leaves a check out for tags
+    assert selection(None, False, False, {"ansible_skip_tags": ["python_env"]})[0] == K.select()
+    assert "versions" not in entries and "compare" not in entries  # nor as what consistency needs
+
+
+def test_consistency_names_the_node_whose_mtu_differs_from_verify_data():
+    data = {h: {"nccl": {"link": {"mtu": 1500, "speed": 10000, "driver": "veth"}, "kernel": "6.1.0"},
+                "gpu": {"gpu": {"driver_version": "", "driver_cuda_version": ""}}} for h in ("n1", "n2", "n3")}
+    data["n2"]["nccl"]["link"]["mtu"] = 9000
+    cc = K.ClusterContext(["n1", "n2", "n3"], data, {}, Var({}), False)
+    records, extra = K.BY_NAME["consistency"].cluster(cc)
+    by = {c["node"]: c for c in records}
+    assert by["n2"]["status"] == "fail" and "MTU of the NCCL interface 9000 while 2 other node(s) have 1500" in by["n2"]["detail"]
+    assert by["n1"]["status"] == "pass" and extra == {}
+
+
+def test_nccl_probes_the_login_ring_by_default_and_every_node_with_full():
+    """Each probe makes the peer's sshd fork a pre-auth child: the ring's nodes by default (a constant
+    number per node), every node with verify_matrix: full (provision verify --full)."""
+    hosts = ["n1", "n2", "n3", "n4", "n5", "n6"]
+    plan = dict(PLAN, hosts=hosts, address_of={h: "10.0.0.%d" % i for i, h in enumerate(hosts, 1)})
+    ring = K.BY_NAME["nccl"].args(K.Context("n2", plan, hosts, Var({})))
+    assert ring["probe_peers"] == ["n3", "n5"] and len(ring["peers"]) == 6
+    full = K.BY_NAME["nccl"].args(K.Context("n2", plan, hosts, Var({"verify_matrix": "full"})))
+    assert "probe_peers" not in full
+    assert K.BY_NAME["nccl_in_effect"].args(K.Context("n1", plan, hosts, Var({})))["probe_peers"] == ["n2", "n4"]
+
+
+def test_reused_skips_are_the_health_modules_own_records():
+    """Where the stages read no GPU and no RDMA device, the verify pass's records are the ones
+    gpu_health_info and fabric_health_info give on such a node (the same functions build them)."""
+    from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health, gpu_health
+    reason = "nvidia-smi not found: no NVIDIA driver on this node"
+    gpu = K.BY_NAME["gpu_health"].reuse(ctx({"cuda_toolkit_result": {"checks": CHECKS, "ansible_facts": {
+        "gpu_facts": {"gpu_count": 0, "reason": reason, "pci_gpus": []}}}}))
+    assert gpu["checks"] == gpu_health.no_gpu_checks(reason, "n1")
+    assert {c["status"] for c in gpu["checks"]} == {"skip"} and "none on the PCI bus" in gpu["checks"][0]["detail"]
+    assert K.BY_NAME["gpu_health"].keep(gpu) == {"gpu_health": {"gpu_count": 0, "driver_version": ""}}
+    assert K.BY_NAME["gpu_health"].reuse(ctx({"verify_dcgm": True, "cuda_toolkit_result": {
+        "checks": CHECKS, "health": {"checks": CHECKS}}})) is None  # dcgmi diag is verify's own
+    fabric = K.BY_NAME["fabric"].reuse(ctx({"nccl_net_result": {"checks": CHECKS, "rdma": []}}))
+    assert fabric["checks"] == fabric_health.fabric_checks([], node="n1")
+
