@@ -560,9 +560,6 @@ def venv_env(path):
 
 # ---------------------------------------------------------------- cross-node comparison
 
-BASE_COLUMNS = ("python", "torch", "torch_cuda", "nccl", "gloo", "nccl_backend", "mpi")
-
-
 def _cells(v):
     v = v or {}
     b = v.get("backends") or {}

@@ -48,8 +48,6 @@ HCA_MAX_GBPS = {
     "MT4129": 400,  # ConnectX-7 (NDR / 400GbE)
     "MT4131": 800,  # ConnectX-8 (XDR / 800GbE)
 }
-LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14.0625, "EDR": 25, "HDR": 50, "NDR": 100,
-             "XDR": 200}
 
 # Port error counters (IBTA PortCounters as the kernel exposes them under ports/N/counters/).
 # Growth between two reads fails for the ones that mean a bad link, warns for congestion.

@@ -23,8 +23,6 @@ import time
 
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import read_attr
 
-ARPHRD_ETHER = 1
-ARPHRD_INFINIBAND = 32
 ARPHRD_LOOPBACK = 772
 
 # software bridges and container plumbing: never the interface that carries NCCL traffic
