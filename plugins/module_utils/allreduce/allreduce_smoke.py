@@ -19,6 +19,7 @@ import re
 # the log -> cause mapping lives in diagnose (one implementation for the smoke test, launch and the CLI)
 from ansible_collections.provision.cluster.plugins.module_utils.verify.diagnose import classify_log  # noqa: F401
 from ansible_collections.provision.cluster.plugins.module_utils.allreduce.bandwidth import DEFAULT_MIN_FRACTION, judge
+from ansible_collections.provision.cluster.plugins.module_utils.allreduce.baseline import differences
 from ansible_collections.provision.cluster.plugins.module_utils.common.sizes import human
 
 
@@ -386,20 +387,6 @@ def fingerprint(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _changed_parts(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Dotted names of what differs between two fingerprint inputs (for the reason line)."""
-    out = []
-    for key in sorted(set(old) | set(new), key=str):
-        a, b = old.get(key), new.get(key)
-        if a == b:
-            continue
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _changed_parts(a, b, f"{prefix}{key}.")
-        else:
-            out.append(f"{prefix}{key}")
-    return out
-
-
 def reuse_decision(last: dict | None, inputs: dict, now: float, max_age: float) -> tuple[bool, str]:
     """May the last result stand in for a new run? -> (reuse, reason).
 
@@ -411,7 +398,7 @@ def reuse_decision(last: dict | None, inputs: dict, now: float, max_age: float) 
     if last.get("status") not in ("pass", "warn"):
         return False, f"the last run did not pass (status {last.get('status')})"
     if last.get("fingerprint") != fingerprint(inputs):
-        parts = _changed_parts(last.get("fingerprint_inputs") or {}, inputs)
+        parts = differences(last.get("fingerprint_inputs") or {}, inputs)
         return False, "changed since the last green run: " + (", ".join(parts[:6]) or "fingerprint")
     age = now - float(last.get("finished_at") or 0)
     if age > max_age or age < 0:

@@ -61,14 +61,15 @@ def context(inputs):
     return {"config": inputs.get("config") or {}, "python": inputs.get("python"), "nodes": nodes}
 
 
-def _differences(old, new, prefix=""):
+def differences(old, new, prefix=""):
+    """Dotted names of what differs between two nested dicts (fingerprint inputs, baseline contexts)."""
     out = []
     for key in sorted(set(old) | set(new), key=str):
         a, b = old.get(key), new.get(key)
         if a == b:
             continue
         if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, "%s%s." % (prefix, key))
+            out += differences(a, b, "%s%s." % (prefix, key))
         else:
             out.append("%s%s" % (prefix, key))
     return out
@@ -126,7 +127,7 @@ def comparable(baseline, result):
     if set((old.get("nodes") or {})) != set(new.get("nodes") or {}):
         return False, ["the node set: %s then, %s now" % (",".join(sorted(old.get("nodes") or {})),
                                                           ",".join(sorted(new.get("nodes") or {})))]
-    diff = _differences(old, new)
+    diff = differences(old, new)
     return (not diff), diff
 
 
