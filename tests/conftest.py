@@ -16,6 +16,7 @@ import snapshots  # noqa: E402
 from helpers import FIXTURES, STRICT, lab_cmd, lab_name, podman_available  # noqa: E402
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` deselected: a unit-test session sees no lab test
 def pytest_collection_modifyitems(config, items):
     labs = [item for item in items if "lab" in item.keywords or "molecule" in item.keywords]
     if not labs:
@@ -40,6 +41,8 @@ def _remove_leftover_labs() -> None:
     (CI once found a killed run's `t-lab32` nodes, and `lab up --nodes 65` seemed to have started them).
     Only when no other live session holds this prefix: its labs are in use, not left over."""
     global _SESSION_LOCK
+    if os.environ.get("PROVISION_KEEP_LABS") == "1":
+        return  # labs kept on purpose (for a look after a run) stay until their tests bring them up again
     prefix = lab_name("")
     lock = open(Path(tempfile.gettempdir()) / f"provision-test-labs-{prefix or 'none'}.lock", "w")  # noqa: SIM115
     try:
