@@ -46,8 +46,8 @@ _value:
   type: dict
 """
 
-from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import (is_ssh_connection, plan_from_hostvars,
-                                                                                      python_problem)
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import (
+    is_ssh_connection, plan_from_hostvars, python_problem)
 from ansible_collections.provision.cluster.plugins.module_utils.common.machine import PROBE, machine_verdict, parse_identity
 from ansible_collections.provision.cluster.plugins.module_utils.common.users import training_user_report
 

@@ -205,7 +205,7 @@ def main():
             x, real = via[0]
             module.fail_json(msg="%s is a symbolic link to %s: %s; fix: make %s a regular file of %s's (or a link to "
                                  "a file %s can write); the link's target is left alone"
-                                 % (x, real, str(exc).split("; fix: ")[0], x, p["user"], p["user"]))
+                                 % (x, real, str(exc).split("; fix: ", 1)[0], x, p["user"], p["user"]))
         module.fail_json(msg=str(exc))
     if p["check_ssh_host"] and p["state"] == "present" and not (module.check_mode and result["changed"]):
         # what a non-interactive `ssh node` gets now (the shell_env_check module's check, same code)

@@ -325,7 +325,7 @@ def main():
                 return read_user_file(pw, path, "")
             except UnsafeFile as exc:
                 checks.append({"check": "ssh files of %s on %s" % (pw.pw_name, p["source"]), "status": "fail",
-                               "detail": str(exc).split("; fix: ")[0],
+                               "detail": str(exc).split("; fix: ", 1)[0],
                                "fix": str(exc).split("; fix: ", 1)[-1]})
                 return ""
 

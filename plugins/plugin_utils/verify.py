@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.errors import AnsibleConnectionFailure, AnsibleUndefinedVariable
 
 from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
-from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import (DEFAULTS, plan_from_hostvars,
-                                                                                      running_stages)
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import (
+    DEFAULTS, plan_from_hostvars, running_stages)
 from ansible_collections.provision.cluster.plugins.module_utils.common.settings import ROLES as _ROLES, default, role_of
 
 _DEFAULTS = {}

@@ -142,8 +142,6 @@ def node_address(hostvars, name):
     return str(hostvars.get("cluster_address") or hostvars.get("ansible_host") or name)
 
 
-
-
 def _port(value, what, host, problems):
     try:
         port = int(str(value).strip())

@@ -75,7 +75,7 @@ def become_problem(node, message, user=None, method="sudo"):
     # timeout: the success marker never came back
     found = re.search(r"Timeout \((\d+)s\)", str(message))
     return ("%s on %s did not confirm within %ss (no success marker in the output): it may be waiting "
-            "for a password Ansible did not recognize, or for a terminal" % (method, node,
-                                                                            found.group(1) if found else "the timeout"),
+            "for a password Ansible did not recognize, or for a terminal"
+            % (method, node, found.group(1) if found else "the timeout"),
             "on %s as %s, `sudo -n true` must succeed (NOPASSWD), else pass the password with %s"
             % (node, who, PASSWORD_HOW))

@@ -1348,8 +1348,8 @@ def _resolve_system_errors(events):
                       "exited first, this rank is a consequence" % (err, warn[2][:160]))
             ev.fix = BY_ID["peer_lost"].fix
         elif warn:
-            ev.why = "NCCL failed with `%s`; the NCCL WARN line %s says what failed: %s" % (err, "before it" if before
-                                                                                          else "after it", warn[2][:200])
+            ev.why = "NCCL failed with `%s`; the NCCL WARN line %s says what failed: %s" % (
+                err, "before it" if before else "after it", warn[2][:200])
             ev.fix = next((fix for rx, fix in _SYS_FIXES if rx.search(warn[2])), _SYS_FIX_DEFAULT)
         else:
             ev.why = ("NCCL failed with `%s` and the log has no NCCL WARN line that says why (NCCL_DEBUG was not "
@@ -1582,8 +1582,9 @@ def classify_log(text):
     records = job["causes"] + job["consequences"]
     if not records:
         return None
-    top = min(records, key=lambda r: (r["data"]["symptom"], next(i for i, c in enumerate(CAUSES)
-                                                                   if c.cause == r["data"]["cause"]), r["data"]["line"]))
+    top = min(records, key=lambda r: (r["data"]["symptom"],
+                                      next(i for i, c in enumerate(CAUSES) if c.cause == r["data"]["cause"]),
+                                      r["data"]["line"]))
     return {"cause": top["data"]["cause"], "detail": top["detail"].split(" -- ", 1)[0], "fix": top["fix"]}
 
 

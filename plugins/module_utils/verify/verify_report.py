@@ -121,8 +121,9 @@ def _through_bastion(node, conn, message, detail):
                 "reached only through it" % node)
     return ("the connection to %s through %s failed: %s" % (node, what, detail),
             "check that the bastion is up and answers (`ssh %s true`), then that it reaches %s on port %s "
-            "(`ssh -J %s %s%s true`)" % (proxy, node, conn.get("port") or 22, proxy,
-                                        ("%s@" % conn["user"]) if conn.get("user") else "", conn.get("host") or node))
+            "(`ssh -J %s %s%s true`)"
+            % (proxy, node, conn.get("port") or 22, proxy, ("%s@" % conn["user"]) if conn.get("user") else "",
+               conn.get("host") or node))
 
 
 def mesh_matrix(rows, order):
