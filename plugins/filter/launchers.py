@@ -357,7 +357,10 @@ def sbatch_script(nodes, master_port=DEFAULT_PORT, python="python3", job_name="p
         "set -euo pipefail\n",
         "# the interpreter and the environment are named here: the job does not depend on who submits it\n",
         _BASE_ENV,
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)\n',
+        # no `| head -n1`: under pipefail, scontrol writing its next lines after head has gone dies of
+        # SIGPIPE and the job ends with 141 before it starts (a large allocation's host list is many writes)
+        'hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST")\n',
+        "head_node=${hosts%%$'\\n'*}\n",
         "export MASTER_ADDR=\"$head_node\" MASTER_PORT=%d\n" % int(master_port),
         "srun --export=ALL --kill-on-bad-exit=1 %s%s --nnodes=\"$SLURM_JOB_NUM_NODES\" --nproc-per-node=%d \\\n"
         % (task, _torchrun(python), per_node),

@@ -197,7 +197,7 @@ def test_sbatch_script_uses_first_host_of_allocation(tmp_path):
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
     assert "#SBATCH --nodes=2" in lines and "#SBATCH --gpus-per-node=8" in lines and "#SBATCH --partition=gpu" in lines
-    assert 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in lines
+    assert 'hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST")' in lines and "head_node=${hosts%%$'\\n'*}" in lines
     assert "srun --export=ALL --kill-on-bad-exit=1 /opt/venv/bin/python -m torch.distributed.run" in text
     assert '--rdzv-backend=c10d --rdzv-endpoint="$head_node:29500" --rdzv-id="$SLURM_JOB_ID"' in text
     # SBATCH directives must come before the first command
@@ -210,7 +210,10 @@ def test_sbatch_script_uses_first_host_of_allocation(tmp_path):
 FAKE_SLURM = {
     # srun as far as these tests need it: drop its options, run the task here (the environment it was given)
     "srun": '#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n',
-    "scontrol": "#!/bin/sh\necho node1\necho node2\n",
+    # the host list in two writes, the second after a reader of one line has gone (as scontrol's stdio buffer
+    # of a large allocation): `scontrol ... | head -n1` under pipefail died of SIGPIPE (141) here, at random
+    # before this pause made it certain
+    "scontrol": "#!/bin/sh\necho node1\nsleep 0.3\necho node2\n",
 }
 
 
