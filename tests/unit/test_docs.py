@@ -204,3 +204,26 @@ def test_runnable_markers_precede_a_block():
     runnable = [b for b in blocks(README) if b["marker"] == "lab"]
     assert runnable and all(b["lang"] == "bash" for b in runnable)
     assert any("provision lab down" in b["code"] for b in runnable), "a runnable lab block must take its lab down"
+
+
+def _text_fields(doc, where=""):
+    """(where, value) of every description and short_description in a plugin's DOCUMENTATION."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if key in ("description", "short_description"):
+                for item in value if isinstance(value, list) else [value]:
+                    yield f"{where}.{key}", item
+            else:
+                yield from _text_fields(value, f"{where}.{key}")
+    elif isinstance(doc, list):
+        for i, item in enumerate(doc):
+            yield from _text_fields(item, f"{where}[{i}]")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "plugins" / "filter").glob("*.yml")), ids=lambda p: p.name)
+def test_filter_documentation_is_text_where_ansible_doc_wants_text(path):
+    """A plain YAML line with ": " in it is a mapping, not a sentence: ansible-doc then fails on the whole
+    collection ("expected str instance, AnsibleMapping found"; sbatch_script.yml, 2026-11-27)."""
+    doc = yaml.safe_load(path.read_text())["DOCUMENTATION"]
+    bad = [where for where, value in _text_fields(doc) if not isinstance(value, str)]
+    assert not bad, f"{path.name}: not text at {bad} (quote the line, or reword the ': ')"
