@@ -158,8 +158,11 @@ def cell_sanity(venv: Path, version: str, log: Path, work: Path) -> tuple[bool, 
 
 
 def cell_units(venv: Path, version: str, log: Path, work: Path) -> tuple[bool, str]:
+    # the GPU proof adopts the torch of the venv it runs in, and this venv has torch only through a .pth into
+    # the checkout's .venv: its python_env step finds none there (torch None) and its gloo all-reduce fails.
+    # scripts/test.sh runs it with the newest ansible-core, in the venv that holds torch
     rc = run([venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not lab and not molecule",
-              "tests"], log=log, env=venv_env(venv))
+              "--ignore", "tests/integration/test_gpu_proof.py", "tests"], log=log, env=venv_env(venv))
     summary = next((ln.strip("= ") for ln in reversed(log.read_text(errors="replace").splitlines())
                     if " passed" in ln or " failed" in ln or " error" in ln), tail(log))
     return rc == 0, summary.split(" in ")[0]
