@@ -189,13 +189,14 @@ def podman_available() -> bool:
 
 def leftover_labs(prefix: str) -> list[str]:
     """The labs on this machine whose name starts with PREFIX (their containers' and networks' label)."""
+    from provision.lab import LABEL
+
     names: set[str] = set()
-    for kind in ("ps", "network"):
-        argv = ["podman", *(["ps", "-a"] if kind == "ps" else ["network", "ls"]),
-                "--filter", "label=provision.lab", "--format", "json"]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=bounds.COMMAND)
+    for listing in (["ps", "-a"], ["network", "ls"]):
+        proc = subprocess.run(["podman", *listing, "--filter", f"label={LABEL}", "--format", "json"],
+                              capture_output=True, text=True, check=False, timeout=bounds.COMMAND)
         for entry in json.loads(proc.stdout or "[]") if proc.returncode == 0 else []:
-            name = (entry.get("Labels") or entry.get("labels") or {}).get("provision.lab", "")
+            name = (entry.get("Labels") or entry.get("labels") or {}).get(LABEL, "")  # networks: "labels"
             if prefix and name.startswith(prefix):
                 names.add(name)
     return sorted(names)
