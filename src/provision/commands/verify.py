@@ -205,8 +205,10 @@ def _render_smoke(term: Terminal, smoke: dict[str, Any]) -> None:
 @click.option("--baseline", "baseline", metavar="FILE", default=None,
               help="The baseline file [default: INVENTORY_DIR/.provision/baseline.json].")
 @click.option("--timeout", default=None, type=click.FloatRange(1), metavar="SECONDS",
-              help="Stop the whole run after this many seconds (exit 3) [default: 300, and 10 more for each node "
-                   "beyond 16 (32 nodes: 460); 45 with --local: slurmd kills its HealthCheckProgram at 60 s].")
+              help="Stop the whole run after this many seconds (exit 3) [default: %.0f, and %.0f more for each node "
+                   "beyond %d (32 nodes: %.0f); 45 with --local: slurmd kills its HealthCheckProgram at 60 s]."
+                   % (core.DEFAULT_TIMEOUT_S, core.TIMEOUT_PER_NODE_S, core.TIMEOUT_FREE_NODES,
+                      core.default_timeout(32)))
 @click.option("--json", "json_mode", is_flag=True, help="Print one JSON document (docs/verify.md: --json).")
 @click.option("--list-checks", is_flag=True, help="List the checks and exit (with --json: one JSON document on stdout).")
 @click.option("--local", is_flag=True,
