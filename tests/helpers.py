@@ -120,8 +120,22 @@ class PlaybookResult:
     def output(self) -> str:
         return self.stdout + self.stderr
 
+    @property
+    def failures(self) -> list[str]:
+        """The lines where Ansible reports a failed or unreachable task (`fatal: [node1]: FAILED! => ...`),
+        each with the task header above it, cut to 700 characters: what a truncated log must still show."""
+        lines, out, task = self.output.splitlines(), [], ""
+        for line in lines:
+            if line.startswith("TASK ["):
+                task = line.rstrip(" *")
+            elif line.startswith(("fatal: [", "failed: [")) or line.startswith("ERROR!"):
+                out.append(f"{task} {line}"[:700] if task else line[:700])
+        return out
+
     def __repr__(self) -> str:  # shows up in assertion messages
-        return f"PlaybookResult(rc={self.rc}, recap={self.recap})\n{self.output[-6000:]}"
+        # the failures first: a log that keeps only the head of a long message still shows why
+        failures = "".join(f"\n  {line}" for line in self.failures[:6])
+        return f"PlaybookResult(rc={self.rc}){failures}\nrecap={self.recap}\n{self.output[-6000:]}"
 
 
 def run_playbook(playbook: str | Path, *, lab_name: str | None = None, inventory: str | Path | None = None,

@@ -82,3 +82,37 @@ def test_a_tagged_run_without_the_stages_facts_stops_instead_of_dropping_their_l
     fixed = run_playbook("site.yml", lab_name=converged.name, extra_args=["--tags", tags], env=empty)
     assert fixed.rc == 0 and fixed.changed == 0, fixed
     assert [node_exec(converged.name, n, "cat ~/.bashrc").stdout for n in (1, 2)] == before
+
+
+def test_a_node_replaced_under_its_name_has_its_cached_facts_dropped(converged, tmp_path):
+    """A node that is another machine than the controller's cached facts say (a lab brought down and up
+    under the same name, a reinstalled node) has those facts dropped and gathered again, over the lab's
+    podman connection (which runs a command's words without a shell) as over SSH: an interpreter cached
+    from the old machine is not used on the new one."""
+    import json
+    import subprocess
+
+    from helpers import LAB_INVENTORY, ansible_env, node_exec, tool
+
+    # a node's first contact (the podman connection, before the sshd stage made it reachable over SSH)
+    over = {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"), "PROVISION_LAB_CONNECTION": "podman"}
+    env = {**ansible_env(converged.name), **over}
+
+    def adhoc_node1(module: str, args: dict) -> subprocess.CompletedProcess:
+        argv = [tool("ansible"), "node1", "-i", str(LAB_INVENTORY), "-m", module] + (["-a", json.dumps(args)] if args else [])
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=bounds.COMMAND, check=False)
+
+    stale = {"provision_machine": {"machine_id": "0" * 32, "boot": "old/1", "release": "debian 12"},
+             "discovered_interpreter_python": "/nonexistent/bin/python3", "cacheable": True}
+    planted = adhoc_node1("ansible.builtin.set_fact", stale)
+    assert planted.returncode == 0, planted.stdout + planted.stderr
+    # the planted interpreter is what the next run would use: the cache is read
+    used = adhoc_node1("ansible.builtin.ping", {})
+    assert used.returncode != 0 and "/nonexistent/bin/python3" in used.stdout, used.stdout + used.stderr
+
+    run = run_playbook("site.yml", lab_name=converged.name, extra_args=["--tags", "preflight"], env=over)
+    assert run.rc == 0 and run.changed == 0, run
+    cached = adhoc_node1("ansible.builtin.debug", {"var": "provision_machine"})
+    machine_id = node_exec(converged.name, 1, "cat /etc/machine-id").stdout.strip()
+    assert machine_id and f'"machine_id": "{machine_id}"' in cached.stdout, cached.stdout + cached.stderr
+    assert adhoc_node1("ansible.builtin.ping", {}).returncode == 0
