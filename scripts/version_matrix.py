@@ -13,7 +13,7 @@ index; 2.20 and later need Python >= 3.12 and do not install on this machine's 3
 - lab:    site.yml on a fresh 2-node lab (`provision lab up --nodes 2`), for the oldest and the
   newest version only (--lab-versions), then the lab is taken down.
 
-Venvs: ~/.cache/provision/matrix/ansible-core-X.Y holds ansible-core X.Y and its own
+Venvs: ~/.cache/provision/matrix/ansible-core-X.Y (under $XDG_CACHE_HOME when set) holds ansible-core X.Y and its own
 dependencies; a .pth file appends this checkout's .venv site-packages (pytest, torch, the
 provision package...) after them, so that nothing but ansible-core and its requirements is
 installed per version. They are kept between runs (a re-run installs nothing; pip's cache makes
@@ -238,7 +238,9 @@ def main() -> int:
                     help="seconds this run may take: a cell whose usual cost would go past it is reported as not run")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                     help="cells run at once (default: 2, or 1 on one core); each is one process")
-    ap.add_argument("--venvs", default=os.path.expanduser("~/.cache/provision/matrix"))
+    from provision.paths import cache_dir  # XDG_CACHE_HOME, as every cache of provision
+
+    ap.add_argument("--venvs", default=str(cache_dir() / "matrix"))
     ap.add_argument("--logs", default="/tmp/provision-matrix")
     args = ap.parse_args()
     versions = [v for v in args.versions.split(",") if v]
