@@ -48,7 +48,8 @@ _value:
 
 from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import (
     is_ssh_connection, plan_from_hostvars, python_problem)
-from ansible_collections.provision.cluster.plugins.module_utils.common.machine import PROBE, machine_verdict, parse_identity
+from ansible_collections.provision.cluster.plugins.module_utils.common.machine import (interpreter_gone, machine_verdict,
+                                                                                   parse_identity, probe)
 from ansible_collections.provision.cluster.plugins.module_utils.common.users import training_user_report
 
 
@@ -75,9 +76,16 @@ def machine_identity(raw_result):
     return parse_identity(res.get("stdout"))
 
 
-def machine_probe(_unused=None):
-    """The sh command identity.yml runs with raw (module_utils/common/machine.py)."""
-    return PROBE
+def machine_probe(interpreter=None):
+    """The sh command identity.yml runs with raw (module_utils/common/machine.py); INTERPRETER: the one the
+    node's cached facts name (quoted here), whose presence it also reports."""
+    return probe(interpreter)
+
+
+def machine_interpreter_gone(raw_result):
+    """True when the identity probe's raw result says the cached interpreter is gone from the node."""
+    res = raw_result or {}
+    return res.get("rc", 1) == 0 and interpreter_gone(res.get("stdout"))
 
 
 class FilterModule:
@@ -89,6 +97,7 @@ class FilterModule:
             "machine_identity": machine_identity,
             "machine_verdict": machine_verdict,
             "machine_probe": machine_probe,
+            "machine_interpreter_gone": machine_interpreter_gone,
             # ansible_connection -> logs in over SSH? (cluster_plan.SSH_CONNECTIONS: the one list)
             "is_ssh_connection": is_ssh_connection,
         }

@@ -94,3 +94,20 @@ def test_the_same_machine_rebooted_keeps_what_the_stages_recorded(tmp_path):
     assert _play(tmp_path, seed, "seed.yml").returncode == 0
     seen = _seen(_play(tmp_path, RUN.format(identity=REPO / "playbooks" / "identity.yml"), "run.yml"))
     assert seen["verdict"] == "rebooted" and seen["export"] == "kept", seen
+
+
+def test_the_same_machine_without_its_cached_interpreter_is_gathered_again(tmp_path):
+    """Same machine-id, release and boot, but the interpreter the cached facts name is gone (a venv removed,
+    a Python upgraded in place): without identity.yml every module fails on it; with it the facts are
+    dropped and the next module runs on the interpreter found now."""
+    from ansible_collections.provision.cluster.plugins.module_utils.common.machine import PROBE, parse_identity
+
+    now = parse_identity(subprocess.run(["sh", "-c", PROBE], capture_output=True, text=True, check=True).stdout)
+    seed = (SEED % now["release"]).replace('"0123456789abcdef0123456789abcdef"', json.dumps(now["machine_id"])).replace(
+        '"x/1"', json.dumps(now["boot"]))
+    assert _play(tmp_path, seed, "seed.yml").returncode == 0
+    assert _play(tmp_path, WITHOUT, "without.yml").returncode != 0
+    proc = _play(tmp_path, RUN.format(identity=REPO / "playbooks" / "identity.yml"), "run.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert _seen(proc) == {"verdict": "other", "export": "dropped", "release": now["release"]}
+    assert _seen(_play(tmp_path, RUN.format(identity=REPO / "playbooks" / "identity.yml"), "run.yml"))["verdict"] == "same"

@@ -34,8 +34,9 @@ def shell_commands():
             yield path.relative_to(helpers.REPO), task.get("name"), args["cmd"] if isinstance(args, dict) else args
 
 
-# whole commands our filters build from constants alone (no value goes in): nothing to quote
-CONSTANT_COMMANDS = {"none | provision.cluster.machine_probe"}   # module_utils/common/machine.py PROBE
+# whole commands our filters build, quoting what goes in themselves (machine_probe: the interpreter path,
+# module_utils/common/machine.py probe)
+CONSTANT_COMMANDS = {"ansible_facts.discovered_interpreter_python | default(none) | provision.cluster.machine_probe"}
 
 
 def test_every_templated_value_in_a_shell_command_is_quoted():

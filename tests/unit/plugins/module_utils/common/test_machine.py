@@ -46,3 +46,26 @@ def test_not_the_probe():
     assert parse_identity("") is None
     assert parse_identity("sudo: a password is required\n") is None
     assert parse_identity("machine_id=\nboot_id=\ninit_start=\nrelease= \n") is None
+
+
+def test_the_probe_tells_whether_the_cached_interpreter_is_still_there(tmp_path):
+    """A venv removed, a Python upgraded in place: the same machine, but the interpreter its cached facts
+    name is gone, and every module would fail on it. The path goes into the command quoted."""
+    from ansible_collections.provision.cluster.plugins.module_utils.common.machine import interpreter_gone, probe
+
+    here = tmp_path / "it's here" / "python3"
+    here.parent.mkdir()
+    here.write_text("#!/bin/sh\n")
+    here.chmod(0o755)
+    for path, gone in ((here, False), (tmp_path / "gone; touch pwned" / "python3", True)):
+        out = subprocess.run(["sh", "-c", probe(str(path))], capture_output=True, text=True, timeout=30,
+                             check=True, cwd=tmp_path).stdout
+        assert parse_identity(out) == parse_identity(subprocess.run(["sh", "-c", PROBE], capture_output=True,
+                                                                    text=True, check=True).stdout)
+        assert interpreter_gone(out) is gone, out
+    assert not (tmp_path / "pwned").exists()
+    assert probe(None) == probe("") == PROBE and not interpreter_gone(PROBE)
+    cached = parse_identity(BOOKWORM)
+    assert machine_verdict(parse_identity(BOOKWORM), cached, True) == "other"
+    assert machine_verdict(parse_identity(RESTARTED), cached, True) == "other"
+    assert machine_verdict(parse_identity(BOOKWORM), None, True) == "new"
