@@ -48,8 +48,8 @@ _value:
 
 from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import (
     is_ssh_connection, plan_from_hostvars, python_problem)
-from ansible_collections.provision.cluster.plugins.module_utils.common.machine import (interpreter_gone, machine_verdict,
-                                                                                   parse_identity, probe)
+from ansible_collections.provision.cluster.plugins.module_utils.common.machine import (
+    interpreter_gone, machine_verdict, parse_identity, probe)
 from ansible_collections.provision.cluster.plugins.module_utils.common.users import training_user_report
 
 
