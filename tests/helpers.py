@@ -124,12 +124,12 @@ class PlaybookResult:
     def failures(self) -> list[str]:
         """The lines where Ansible reports a failed or unreachable task (`fatal: [node1]: FAILED! => ...`),
         each with the task header above it, cut to 700 characters: what a truncated log must still show."""
-        lines, out, task = self.output.splitlines(), [], ""
-        for line in lines:
+        out, task = [], ""
+        for line in self.output.splitlines():
             if line.startswith("TASK ["):
                 task = line.rstrip(" *")
-            elif line.startswith(("fatal: [", "failed: [")) or line.startswith("ERROR!"):
-                out.append(f"{task} {line}"[:700] if task else line[:700])
+            elif line.startswith(("fatal: [", "failed: [", "ERROR!")):
+                out.append((f"{task} {line}" if task else line)[:700])
         return out
 
     def __repr__(self) -> str:  # shows up in assertion messages
