@@ -92,7 +92,9 @@ options:
         C(python_env_versions) and the versions probe (importing torch) need not run.
     type: path
   versions_packages:
-    description: Extras whose versions go into C(python_env_versions) (read from the dist-info names).
+    description:
+      - Extras whose versions go into C(python_env_versions) (read from the dist-info names), as names or as
+        requirement specs (C(numpy==2.3.5) records C(numpy)), as M(provision.cluster.python_versions) takes them.
     type: list
     elements: str
     default: []
@@ -298,6 +300,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    p["versions_packages"] = P.package_names(p["versions_packages"])
     path = p["path"]
     try:
         for spec in p["requirements"]:

@@ -23,7 +23,9 @@ options:
     type: path
     required: true
   packages:
-    description: Distribution names whose versions are recorded (the pinned extras).
+    description:
+      - Distributions whose versions are recorded (the pinned extras), as names or as requirement specs
+        (C(numpy==2.3.5) records C(numpy)); each name once.
     type: list
     elements: str
     default: []
@@ -107,6 +109,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    p["packages"] = P.package_names(p["packages"])
     fix = "run the python_env stage (ansible-playbook playbooks/python_env.yml)"
     if not os.access(p["python"], os.X_OK):
         check = {"check": "python_env", "status": "fail", "detail": f"{p['python']} missing", "fix": fix}

@@ -116,3 +116,36 @@ def test_a_node_replaced_under_its_name_has_its_cached_facts_dropped(converged, 
     machine_id = node_exec(converged.name, 1, "cat /etc/machine-id").stdout.strip()
     assert machine_id and f'"machine_id": "{machine_id}"' in cached.stdout, cached.stdout + cached.stderr
     assert adhoc_node1("ansible.builtin.ping", {}).returncode == 0
+
+
+def test_a_pinned_package_gone_from_one_node_is_named_and_site_yml_puts_it_back(converged):
+    """Issue 32's symptom: a node whose pinned extra (numpy, python_env_extra_packages) was removed or replaced
+    in place. `provision verify` names the node and the package (it compared no extras before); site.yml
+    reinstalls it and its verify pass is green, where it failed "nodes differ (node2: numpy)" because node1's
+    record (the stage's, with the extras) was compared with node2's (verify's, without them); the next run
+    changes nothing."""
+    import json
+    import subprocess
+
+    from helpers import LAB_INVENTORY, REPO, ansible_env, node_exec, tool
+
+    python = "/opt/provision/venv/bin/python"
+    numpy = f"{python} -c 'import numpy; print(numpy.__version__)'"
+    pinned = node_exec(converged.name, 1, numpy).stdout.strip()
+    node_exec(converged.name, 2, f"{python} -m pip uninstall -y -q numpy")
+    converged.dirty = True
+    assert node_exec(converged.name, 2, numpy, check=False).returncode != 0
+
+    verify = subprocess.run([tool("provision"), "verify", "-i", str(LAB_INVENTORY), "--only", "versions", "--json"],
+                            env=ansible_env(converged.name), capture_output=True, text=True, timeout=bounds.VERIFY,
+                            check=False, cwd=REPO)
+    assert verify.returncode == 1, verify.stdout + verify.stderr
+    failed = [(c["node"], c["check"], c["detail"]) for c in json.loads(verify.stdout)["checks"] if c["status"] == "fail"]
+    assert failed == [("node2", "versions equal", "nodes differ (node2: numpy)")], failed
+
+    repair = run_playbook("site.yml", lab_name=converged.name, timeout=bounds.STAGES)
+    assert repair.rc == 0, repair
+    assert repair.recap["node2"]["changed"] >= 1 and repair.recap["node1"]["changed"] == 0, repair.recap
+    assert node_exec(converged.name, 2, numpy).stdout.strip() == pinned
+    again = run_playbook("site.yml", lab_name=converged.name, timeout=bounds.STAGES)
+    assert again.rc == 0 and again.changed == 0, again

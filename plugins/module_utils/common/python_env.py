@@ -51,6 +51,24 @@ def unmet_pins(pins, installed):
     return out
 
 
+def requirement_name(spec):
+    """'numpy==2.3.5', 'deepspeed[all]>=0.15' -> 'numpy', 'deepspeed': the distribution a requirement names."""
+    return re.sub(r"[\[=<>!~ ;].*$", "", str(spec).strip())
+
+
+def package_names(*lists):
+    """The distributions the versions record reports, from requirement specs or names (python_env_extra_packages,
+    verify_packages, ...): each name once (PEP 503), in the order first given."""
+    out, seen = [], set()
+    for specs in lists:
+        for spec in specs or []:
+            name = requirement_name(spec)
+            if name and normalize(name) not in seen:
+                seen.add(normalize(name))
+                out.append(name)
+    return out
+
+
 def requirement_key(pins):
     """A stable key for a set of pins (the wheelhouse manifest's index)."""
     return " ".join(sorted(p.strip() for p in pins))
@@ -597,14 +615,17 @@ def compare_versions(per_host, order=None):
                 columns.append(c)
     reference, differing_cols, odd = {}, [], {}
     for c in columns:
-        values = [_fmt(cells[h].get(c)) for h in hosts]
+        # a package is compared among the records that read it: one that was not asked for it (another
+        # list of packages) says nothing about it (a package asked for and not installed reads None: "-")
+        read = [h for h in hosts if c in cells[h]]
+        values = [_fmt(cells[h][c]) for h in read]
         counts = Counter(values)
         top = max(counts.values()) if counts else 0
         ref = next(v for v in values if counts[v] == top) if values else None
         reference[c] = ref
         if len(counts) > 1:
             differing_cols.append(c)
-            for h, v in zip(hosts, values):
+            for h, v in zip(read, values):
                 if v != ref:
                     odd.setdefault(h, []).append(c)
     differing_hosts = [h for h in hosts if h in odd] + missing
@@ -613,7 +634,8 @@ def compare_versions(per_host, order=None):
         header = ["node"] + differing_cols + (["versions"] if missing else [])
         rows = [header]
         for h in hosts:
-            rows.append([h] + [_fmt(cells[h].get(c)) + ("*" if c in odd.get(h, []) else "") for c in differing_cols]
+            rows.append([h] + [(_fmt(cells[h][c]) if c in cells[h] else "?") + ("*" if c in odd.get(h, []) else "")
+                               for c in differing_cols]
                         + (["recorded"] if missing else []))
         for h in missing:
             rows.append([h] + ["-"] * len(differing_cols) + ["missing*"])

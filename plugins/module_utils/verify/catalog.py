@@ -24,7 +24,8 @@ from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_p
 from ansible_collections.provision.cluster.plugins.module_utils.verify import consistency
 from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health, gpu_health
 from ansible_collections.provision.cluster.plugins.module_utils.ssh import mesh_audit
-from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import compare_checks, compare_outcome, env_python
+from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import (
+    compare_checks, compare_outcome, env_python, normalize, package_names)
 
 
 def env_python_of(var):
@@ -224,9 +225,18 @@ def _reuse_nccl(ctx):
     return r if unchanged(r) and r.get("checks") and r.get("probed") else None
 
 
+def _versions_packages(ctx):
+    """The packages the versions check reports and compares: python_env's pinned extras, then verify_packages."""
+    return package_names(ctx.var("python_env_extra_packages"), ctx.var("verify_packages"))
+
+
 def _reuse_versions(ctx):
+    """The stage's record, when it read every package this check asks for (verify_packages may ask for more)."""
     r = ctx.var("python_env_result")
-    return r if unchanged(r) and r.get("versions") and r.get("checks") else None
+    if not (unchanged(r) and r.get("versions") and r.get("checks")):
+        return None
+    read = {normalize(n) for n in (r["versions"].get("packages") or {})}
+    return r if all(normalize(n) in read for n in _versions_packages(ctx)) else None
 
 
 def _facts(result, name):
@@ -516,7 +526,7 @@ CATALOG = [
     Spec("versions", "python_env",
          "python / torch / CUDA / NCCL / backends / extras equal across nodes; DeepSpeed ops built for the torch and CUDA installed",
          module="provision.cluster.python_versions", stage="python_env",
-         args=lambda ctx: {"python": ctx.python(), "packages": ctx.var("verify_packages") or [], "require_torch": False,
+         args=lambda ctx: {"python": ctx.python(), "packages": _versions_packages(ctx), "require_torch": False,
                            "timeout": int(ctx.var("verify_versions_timeout")),
                            # python_env's cache (read-only here): its key changes with any install, removal,
                            # a replaced torch library or another NVIDIA driver; without it, torch is imported

@@ -237,6 +237,30 @@ def test_compare_reports_a_node_without_versions():
     assert not res["ok"] and res["differing_hosts"] == ["node3"] and "node3" in res["table"]
 
 
+def test_compare_a_package_among_the_records_that_read_it():
+    # issue 32: inside site.yml node1's record is the python_env stage's (its extras: numpy) and node2's
+    # verify's own, read after a repair with another list; a record that did not read a package says nothing
+    # of it, so the nodes are equal, where "node2: numpy" (absent read as "-") sent the user the wrong way
+    bare = dict(_v(), packages={})
+    res = P.compare_versions({"node1": _v(), "node2": bare}, ["node1", "node2"])
+    assert res["ok"] and res["differing_hosts"] == [] and res["table"] == ""
+    # read and different is named; read and absent (None) is a difference too; not read shows "?"
+    res = P.compare_versions({"node1": _v(), "node2": _v(numpy="2.4.6"), "node3": bare}, ["node1", "node2", "node3"])
+    assert not res["ok"] and res["differing_columns"] == ["numpy"] and res["differing_hosts"] == ["node2"]
+    assert res["table"].splitlines()[3].split() == ["node3", "?"]
+    res = P.compare_versions({"node1": _v(), "node2": _v(numpy=None)}, ["node1", "node2"])
+    assert res["differing_hosts"] == ["node2"] and "-*" in res["table"]
+
+
+def test_package_names_from_specs_or_names_each_once():
+    assert P.requirement_name("numpy==2.3.5") == "numpy"
+    assert P.requirement_name(" deepspeed[all]>=0.15 ; python_version>'3'") == "deepspeed"
+    assert P.requirement_name("flash-attn") == "flash-attn"
+    assert P.package_names(["numpy==2.3.5", "deepspeed==0.16.4"], ["Numpy", "flash_attn", "flash-attn"], None) == [
+        "numpy", "deepspeed", "flash_attn"]
+    assert P.package_names() == [] and P.package_names([], None) == []
+
+
 def test_versions_compare_outcome_fails_with_table():
     out, msg = P.compare_outcome({"node1": _v(), "node2": _v(numpy="2.2.6")}, ["node1", "node2"])
     assert msg.startswith("versions differ on node2:") and "numpy" in msg and "2.2.6*" in msg

@@ -49,6 +49,13 @@ def test_every_entry_with_a_module_builds_its_arguments_from_the_plan_and_role_d
     assert K.BY_NAME["runtime"].args(c)["cluster_user"] == "train"
     assert K.BY_NAME["versions"].args(c)["python"] == "/opt/provision/venv/bin/python"
     assert K.BY_NAME["versions"].args(c)["cache"] == "/opt/provision/venv/.provision-versions.json"
+    # the packages python_env pins are always compared (issue 32: verify alone missed a node's other numpy),
+    # then verify_packages, each once
+    assert K.BY_NAME["versions"].args(c)["packages"] == ["numpy"]          # the role's default pins numpy
+    pinned = dict(defaults, python_env_extra_packages=["numpy==2.3.5", "deepspeed[all]==0.16.4"])
+    assert K.BY_NAME["versions"].args(ctx(pinned))["packages"] == ["numpy", "deepspeed"]
+    assert K.BY_NAME["versions"].args(ctx(dict(pinned, verify_packages=["numpy", "flash-attn"])))["packages"] == [
+        "numpy", "deepspeed", "flash-attn"]
     assert K.BY_NAME["nccl"].args(c)["rendezvous"] == {"name": "n1", "address": "10.0.0.1", "port": 29500}
     conda = ctx(dict(defaults, python_env_backend="conda", python_env_conda_prefix="/opt/conda",
                      python_env_conda_env_name="ml"))
@@ -113,7 +120,9 @@ CHECKS = [{"check": "x", "status": "pass", "detail": "ok", "fix": ""}]
                                      "ansible_facts": {"gcc_toolchain_facts": {"meets_min": True}}}, False),
     ("gpu", "cuda_toolkit_result", {"checks": CHECKS, "plan": {"action": "install"}}, False),
     ("gpu", "cuda_toolkit_result", {"checks": CHECKS, "plan": {}}, True),
-    ("versions", "python_env_result", {"checks": CHECKS, "versions": {"torch": "2.13.0"}}, True),
+    ("versions", "python_env_result", {"checks": CHECKS, "versions": {"torch": "2.13.0", "packages": {"numpy": "2.3.5"}}},
+     True),
+    ("versions", "python_env_result", {"checks": CHECKS, "versions": {"torch": "2.13.0"}}, False),  # numpy not read
     ("versions", "python_env_result", {"checks": CHECKS, "versions": None}, False),
     ("nccl", "nccl_net_result", {"checks": CHECKS, "probed": False}, False),
     ("env", "shell_env_result", {"changed": True, "env_check": {"checks": CHECKS}}, True),
@@ -133,6 +142,14 @@ CHECKS = [{"check": "x", "status": "pass", "detail": "ok", "fix": ""}]
 ])
 def test_which_stage_results_stand_in_for_a_check(name, var, result, reused):
     assert (K.BY_NAME[name].reuse(ctx({var: result})) is not None) is reused
+
+
+def test_the_stages_versions_stand_in_only_when_they_read_every_package_verify_asks_for():
+    record = {"checks": CHECKS, "versions": {"torch": "2.13.0", "packages": {"numpy": "2.3.5"}}}
+    mine = {"python_env_result": record, "python_env_extra_packages": ["numpy==2.3.5"]}
+    assert K.BY_NAME["versions"].reuse(ctx(mine)) is record
+    assert K.BY_NAME["versions"].reuse(ctx(dict(mine, verify_packages=["NumPy"]))) is record
+    assert K.BY_NAME["versions"].reuse(ctx(dict(mine, verify_packages=["deepspeed"]))) is None
 
 
 def test_pdsh_checked_from_the_first_node_only_stands_for_the_others():
