@@ -303,6 +303,12 @@ def launch_script(command, header=None, env_file=None, prelude="", cluster_env=N
 
 # ---- config files --------------------------------------------------------------------------
 
+def _text(value):
+    """VALUE as a plain str. ansible-core < 2.19 hands templated strings to filters as AnsibleUnsafeText, a str
+    whose str() and %-formatting give AnsibleUnsafeText again, and which yaml.safe_dump cannot represent."""
+    return str.__str__(str(value))
+
+
 def accelerate_config(nodes, name, master_addr, master_port=DEFAULT_PORT, use_gpu=True, header=None):
     """accelerate's config YAML for one node (accelerate launch --config_file)."""
     _check(nodes)
@@ -313,7 +319,7 @@ def accelerate_config(nodes, name, master_addr, master_port=DEFAULT_PORT, use_gp
         "downcast_bf16": "no",
         "gpu_ids": "all",
         "machine_rank": node_rank(nodes, name),
-        "main_process_ip": str(master_addr),
+        "main_process_ip": _text(master_addr),
         "main_process_port": int(master_port),
         "main_training_function": "main",
         "mixed_precision": "no",

@@ -191,6 +191,21 @@ def test_accelerate_config_per_node():
     assert cpu["distributed_type"] == "MULTI_CPU" and cpu["use_cpu"] is True
 
 
+def test_accelerate_config_takes_the_address_as_ansible_hands_it_in():
+    """ansible-core < 2.19 gives a filter a templated string as AnsibleUnsafeText (whose str() is itself), which
+    yaml.safe_dump cannot represent: site.yml failed in the launchers stage on 2.16 ("cannot represent an
+    object: '10.89.176.11'", the version matrix's lab cell). wrap_var gives what this ansible-core hands in."""
+    from ansible.utils.unsafe_proxy import wrap_var
+
+    class Unsafe(str):   # the < 2.19 behaviour, also checked on 2.19 (where wrap_var gives a plain str)
+        def __str__(self):
+            return self
+
+    for addr in (wrap_var("10.89.176.11"), Unsafe("10.89.176.11")):
+        cfg = yaml.safe_load(L.accelerate_config(nodes(2), "node1", addr, 29500, header="m"))
+        assert cfg["main_process_ip"] == "10.89.176.11"
+
+
 def test_sbatch_script_uses_first_host_of_allocation(tmp_path):
     text = L.sbatch_script(nodes(8, 8), 29500, python="/opt/venv/bin/python",
                            extra_directives=["--partition=gpu"])
