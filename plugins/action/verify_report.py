@@ -13,6 +13,8 @@ from ansible_collections.provision.cluster.plugins.module_utils.allreduce import
 from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
 from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils.ssh import known_hosts as KH
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.ssh_mesh import classify_ssh_error
+from ansible_collections.provision.cluster.plugins.module_utils.net.netinfo import tcp_state
 from ansible_collections.provision.cluster.plugins.module_utils.verify.verify_report import build_document, fail_lines
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan, selection
 
@@ -47,6 +49,28 @@ def _recorded_keys(var, host, conn):
         if recorded:
             return {"known_hosts": path, "recorded_keys": recorded}
     return {}
+
+
+# seconds a TCP connect from the controller may take, for a node whose ssh error lost ssh's own words
+TCP_PROBE_TIMEOUT = 3
+
+
+def _tcp_states(nodes):
+    """conn["tcp"] (tcp_state) for every unreachable node over ssh, without a bastion, whose error line says
+    nothing ssh said (ansible-core 2.16: "Data could not be sent ... Broken pipe"), probed at once (bounded)."""
+    todo = [entry["connection"] for entry in nodes.values()
+            if not entry["reachable"] and not entry["connection"].get("proxy")
+            and str(entry["connection"].get("connection") or "ssh").rsplit(".", 1)[-1] in ("ssh", "smart", "paramiko", "paramiko_ssh")
+            and classify_ssh_error(entry.get("reach_detail") or "")[0] == "other"]
+    if not todo:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def probe(conn):
+        conn["tcp"] = tcp_state(str(conn["host"]), int(conn.get("port") or 22), TCP_PROBE_TIMEOUT)
+
+    with ThreadPoolExecutor(max_workers=min(32, len(todo))) as pool:
+        list(pool.map(probe, todo))
 
 
 def _inventory_problem(line, order):
@@ -137,6 +161,7 @@ class ActionModule(ActionBase):
                 versions[h] = data["versions"]["versions"]
             if (data.get("gpu") or {}).get("gpu"):
                 gpus[h] = data["gpu"]["gpu"]
+        _tcp_states(nodes)
 
         for line in plan.get("problems") or []:
             h, c = _inventory_problem(line, order)

@@ -581,6 +581,20 @@ def probe(src, ifname, dst, port, timeout):
         sock.close()
 
 
+def tcp_state(host, port, timeout):
+    """What a TCP connect to host:port meets: "open", "refused" (the host answered, nothing listens),
+    "timeout" (no answer within TIMEOUT s) or "error: <reason>" (no route, unknown name, ...)."""
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "timeout"
+    except OSError as exc:
+        return "error: %s" % (exc.strerror or exc)
+
+
 def probe_tried(src, ifname, dst, port, timeout, tries=2, pause=1.0, probe_fn=None):
     """probe(), tried again after PAUSE s while it fails, TRIES times in all, each try with a longer
     timeout (TIMEOUT, 2 x TIMEOUT, ...: a 3 s connect sends only two SYNs). A SYN lost while the path

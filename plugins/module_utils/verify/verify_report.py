@@ -45,6 +45,12 @@ def unreachable(node, conn, message=""):
     where = "%s port %s" % (host, conn.get("port") or 22)
     ssh = "`ssh %s%s%s true`" % (port_opt, user, host)
     cls = classify_ssh_error(message or "")[0] if message else "other"
+    tcp = conn.get("tcp")
+    if cls == "other" and tcp:
+        # ssh's own words were lost (ansible-core 2.16 says only "Data could not be sent ... Broken pipe" when
+        # ssh exits before it took the module): what a TCP connect from the controller met tells the cases apart
+        cls = {"refused": "connection_refused", "timeout": "timeout"}.get(tcp, "no_route" if tcp != "open" else cls)
+        detail = "%s (a TCP connect from the controller to %s: %s)" % (detail, where, tcp)
     if ("did not answer within" in detail or ("timed out" in detail and "banner" in detail)
             or "in the expected time frame" in detail or "read from master failed" in detail):
         cls = "frozen"

@@ -369,3 +369,12 @@ def test_module_probes_only_the_peers_named_in_probe_peers():
     assert reach == {"nccl_net.reach.b": "pass", "nccl_net.reach.d": "pass"}
     assert [p["name"] for p in ring["peers"]] == ["b", "c", "d"]
     assert "probe" not in ring["peers"][1] and ring["peers"][0]["probe"]["ok"]
+
+
+def test_tcp_state_tells_open_and_refused_apart():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        assert ni.tcp_state("127.0.0.1", port, 2) == "open"
+    assert ni.tcp_state("127.0.0.1", port, 2) == "refused"          # the same port, closed now

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +146,46 @@ def test_an_unreachable_node_is_told_apart_by_the_connection_error(capture, says
     (c,) = doc["checks"]
     assert says in c["detail"] and fix in c["fix"], c
     assert "\n" not in c["detail"] + c["fix"]
+
+
+@pytest.mark.parametrize("tcp, says, fix", [
+    ("refused", "n2 answers but nothing listens on 127.0.0.1 port 40001", "ansible-playbook site.yml --tags sshd"),
+    ("timeout", "n2 does not answer at 127.0.0.1 port 40001 (down, or no route/firewall)", "bring n2 up"),
+    ("error: No route to host", "n2 does not answer at 127.0.0.1 port 40001", "bring n2 up"),
+    ("open", "Data could not be sent", "sshd down?"),
+    (None, "Data could not be sent", "sshd down?"),
+])
+def test_an_error_without_sshs_words_is_told_apart_by_a_tcp_connect(tcp, says, fix):
+    """ansible-core 2.16 lost ssh's "Connection refused" (a real capture): the controller's TCP connect
+    (conn["tcp"], netinfo.tcp_state) tells the cases apart and is named in the detail."""
+    message = (SSH_ERRORS / "ansible-2.16-unreachable-broken-pipe.txt").read_text()
+    conn = {"connection": "ssh", "host": "127.0.0.1", "port": 40001, "user": "root", "tcp": tcp}
+    doc = build_document(["n2"], {"n2": {"reachable": False, "reach_detail": message, "connection": conn}},
+                         selected=["reach"])
+    (c,) = doc["checks"]
+    assert c["detail"].startswith(says) and fix in c["fix"], c
+    assert (f"(a TCP connect from the controller to 127.0.0.1 port 40001: {tcp})" in c["detail"]) is bool(tcp), c
+
+
+def test_the_action_probes_only_nodes_whose_error_lost_sshs_words():
+    from ansible_collections.provision.cluster.plugins.action import verify_report as action
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    lost = (SSH_ERRORS / "ansible-2.16-unreachable-broken-pipe.txt").read_text()
+
+    def node(message, reachable=False, **conn):
+        return {"reachable": reachable, "reach_detail": message,
+                "connection": dict({"connection": "ssh", "host": "127.0.0.1", "port": closed}, **conn)}
+
+    nodes = {"lost": node(lost), "smart": node(lost, connection="smart"),
+             "said": node("Failed to connect to the host via ssh: " + (SSH_ERRORS / "ssh-err-connection-refused.txt").read_text()),
+             "bastion": node(lost, proxy="ops@bastion"), "podman": node(lost, connection="containers.podman.podman"),
+             "up": node("", reachable=True)}
+    action._tcp_states(nodes)
+    assert {n: e["connection"].get("tcp") for n, e in nodes.items()} == {
+        "lost": "refused", "smart": "refused", "said": None, "bastion": None, "podman": None, "up": None}
 
 
 def test_a_node_that_did_not_answer_in_time_is_named_frozen():
