@@ -15,6 +15,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.verify import ch
 from ansible_collections.provision.cluster.plugins.module_utils.ssh import known_hosts as KH
 from ansible_collections.provision.cluster.plugins.module_utils.ssh.ssh_mesh import classify_ssh_error
 from ansible_collections.provision.cluster.plugins.module_utils.net.netinfo import tcp_state
+from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import is_ssh_connection
 from ansible_collections.provision.cluster.plugins.module_utils.verify.verify_report import build_document, fail_lines
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan, selection
 
@@ -60,7 +61,7 @@ def _tcp_states(nodes):
     nothing ssh said (ansible-core 2.16: "Data could not be sent ... Broken pipe"), probed at once (bounded)."""
     todo = [entry["connection"] for entry in nodes.values()
             if not entry["reachable"] and not entry["connection"].get("proxy")
-            and str(entry["connection"].get("connection") or "ssh").rsplit(".", 1)[-1] in ("ssh", "smart", "paramiko", "paramiko_ssh")
+            and is_ssh_connection(entry["connection"].get("connection"))
             and classify_ssh_error(entry.get("reach_detail") or "")[0] == "other"]
     if not todo:
         return
