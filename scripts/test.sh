@@ -5,9 +5,6 @@
 #   bash scripts/test.sh --quick    the edit loop: the unit and CLI tests, and one 2-node lab (site.yml
 #                                   fresh, its re-run, --check, verify): the lab tests marked `quick`
 #   bash scripts/test.sh ARGS...    one pytest run with ARGS (e.g. tests/unit, -k verify, -m lab)
-# PROVISION_TEST_BESIDE=CMD (everything, --quick): CMD runs beside the lab tests once the unit tests are done
-# (the lab tests leave about a third of the cores idle: .ci/run runs the version matrix there); its
-# output is printed at the end and its exit status counts
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=all
@@ -31,34 +28,18 @@ fi
 labs='lab or molecule'
 [ "$mode" = quick ] && labs='quick'
 units_log=$(mktemp /tmp/provision-units-XXXXXX.log)
-beside_log=$(mktemp /tmp/provision-beside-XXXXXX.log)
-rcs=$(mktemp -d /tmp/provision-test-rc-XXXXXX)
 start=$(date +%s)
-# the unit tests, then PROVISION_TEST_BESIDE, one after the other beside the lab tests (their exit
-# statuses in files: the lab tests stay in the foreground, where Ctrl-C reaches them)
-(
-  python -m pytest -m 'not lab and not molecule' -p no:cacheprovider >"$units_log" 2>&1
-  echo $? >"$rcs/units"; echo $(( $(date +%s) - start )) >"$rcs/units_s"
-  if [ -n "${PROVISION_TEST_BESIDE:-}" ]; then bash -c "$PROVISION_TEST_BESIDE" >"$beside_log" 2>&1; echo $? >"$rcs/beside"; fi
-) &
-beside_pid=$!
+python -m pytest -m 'not lab and not molecule' -p no:cacheprovider >"$units_log" 2>&1 &
+units_pid=$!
 # the 25 slowest lab steps close its output: where the suite's time goes, in every CI log
 python -m pytest -m "$labs" -p no:cacheprovider --durations=25 --durations-min=20
 labs_rc=$?
-wait "$beside_pid"
-units_rc=$(cat "$rcs/units" 2>/dev/null || echo 1)
+wait "$units_pid"
+units_rc=$?
 echo
-echo "==================== unit and CLI tests (ran beside the lab tests, $(cat "$rcs/units_s" 2>/dev/null) s; log $units_log) ===================="
+echo "==================== unit and CLI tests (ran beside the lab tests; log $units_log) ===================="
 if [ "$units_rc" = 0 ]; then tail -n 8 "$units_log"; else cat "$units_log"; fi
-beside_rc=0
-if [ -n "${PROVISION_TEST_BESIDE:-}" ]; then
-  beside_rc=$(cat "$rcs/beside" 2>/dev/null || echo 1)
-  echo
-  echo "==================== $PROVISION_TEST_BESIDE (beside the lab tests, after the unit tests; exit $beside_rc) ===================="
-  cat "$beside_log"
-fi
-rm -rf "$rcs"
 pytest_rc "$labs_rc" lab; labs_rc=$?
 pytest_rc "$units_rc" unit; units_rc=$?
-echo "tests took $(( $(date +%s) - start )) s: lab tests exit $labs_rc, unit tests exit $units_rc${PROVISION_TEST_BESIDE:+, beside them exit $beside_rc}"
-[ "$labs_rc" = 0 ] && [ "$units_rc" = 0 ] && [ "$beside_rc" = 0 ]
+echo "tests took $(( $(date +%s) - start )) s: lab tests exit $labs_rc, unit tests exit $units_rc"
+[ "$labs_rc" = 0 ] && [ "$units_rc" = 0 ]
