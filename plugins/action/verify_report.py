@@ -68,7 +68,11 @@ def _tcp_states(nodes):
     from concurrent.futures import ThreadPoolExecutor
 
     def probe(conn):
-        conn["tcp"] = tcp_state(str(conn["host"]), int(conn.get("port") or 22), TCP_PROBE_TIMEOUT)
+        try:
+            port = int(conn.get("port") or 22)
+        except (TypeError, ValueError):
+            return   # not a port: the inventory check names it
+        conn["tcp"] = tcp_state(str(conn["host"]), port, TCP_PROBE_TIMEOUT)
 
     with ThreadPoolExecutor(max_workers=min(32, len(todo))) as pool:
         list(pool.map(probe, todo))

@@ -591,8 +591,8 @@ def tcp_state(host, port, timeout):
         return "refused"
     except socket.timeout:
         return "timeout"
-    except OSError as exc:
-        return "error: %s" % (exc.strerror or exc)
+    except (OSError, ValueError) as exc:   # ValueError: a name IDNA cannot encode, a port out of range
+        return "error: %s" % (getattr(exc, "strerror", None) or exc)
 
 
 def probe_tried(src, ifname, dst, port, timeout, tries=2, pause=1.0, probe_fn=None):
