@@ -303,10 +303,12 @@ def launch_script(command, header=None, env_file=None, prelude="", cluster_env=N
 
 # ---- config files --------------------------------------------------------------------------
 
-def _text(value):
-    """VALUE as a plain str. ansible-core < 2.19 hands templated strings to filters as AnsibleUnsafeText, a str
-    whose str() and %-formatting give AnsibleUnsafeText again, and which yaml.safe_dump cannot represent."""
-    return str.__str__(str(value))
+class _Dumper(yaml.SafeDumper):
+    """yaml.safe_dump's dumper that also writes a str subclass as a str: ansible-core < 2.19 hands templated
+    strings to filters as AnsibleUnsafeText (whose str() is itself again), which SafeDumper cannot represent."""
+
+
+_Dumper.add_multi_representer(str, lambda dumper, value: dumper.represent_str(str.__str__(value)))
 
 
 def accelerate_config(nodes, name, master_addr, master_port=DEFAULT_PORT, use_gpu=True, header=None):
@@ -319,7 +321,7 @@ def accelerate_config(nodes, name, master_addr, master_port=DEFAULT_PORT, use_gp
         "downcast_bf16": "no",
         "gpu_ids": "all",
         "machine_rank": node_rank(nodes, name),
-        "main_process_ip": _text(master_addr),
+        "main_process_ip": str(master_addr),
         "main_process_port": int(master_port),
         "main_training_function": "main",
         "mixed_precision": "no",
@@ -332,7 +334,7 @@ def accelerate_config(nodes, name, master_addr, master_port=DEFAULT_PORT, use_gp
         "tpu_use_sudo": False,
         "use_cpu": not use_gpu,
     }
-    return _header(header) + yaml.safe_dump(config, default_flow_style=False, sort_keys=True)
+    return _header(header) + yaml.dump(config, Dumper=_Dumper, default_flow_style=False, sort_keys=True)
 
 
 def sbatch_script(nodes, master_port=DEFAULT_PORT, python="python3", job_name="provision", use_gpu=True,
