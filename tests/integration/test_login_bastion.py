@@ -1,11 +1,20 @@
-"""A cluster behind a login node (issue 30): `provision lab up --bastion`, 2 nodes behind NAME-bastion.
+"""Cloud VMs behind a login node (issue 30): `provision lab up --bastion`, 2 nodes behind NAME-bastion,
+logged into as a cloud image is: the admin `ops` with passwordless sudo (`--login sudo`, what --bastion
+implies), root refused over SSH, the training user `trainer`.
 
 This machine reaches the nodes only through the bastion (a test proves its direct traffic is dropped,
-while the nodes still reach each other directly); the lab inventory uses ProxyJump with the bastion's host
-key checked. Fresh site.yml green, a re-run changes nothing, `provision verify` green, a torchrun job runs
-as trainer; `provision bootstrap` makes first contact (a password, then our key) with a node through the
-bastion, host keys checked at the bastion and at the node; an unreachable bastion and a bastion whose host
-key changed are each named in one line with nothing changed; save / restore keep the shape.
+while the nodes still reach each other directly); the lab inventory logs in as ops with become, through
+ProxyJump with the bastion's host key checked. Fresh site.yml green, a re-run changes nothing, `provision
+verify` green under become (its all-at-once checks: no escalation timeout), a torchrun job through
+`provision launch` runs as trainer with the venv's python; `provision bootstrap` makes first contact (a
+password, then our key) with a node through the bastion, host keys checked at the bastion and at the node.
+Bad input gets one line and changes nothing: a missing training user, an admin without sudo rights, an
+unreachable bastion, a bastion whose host key changed. save / restore keep the shape (sshd on 22 without
+systemd, started by the lab, comes back).
+
+The same shape without a bastion (`--login sudo` alone) was a module of its own with its own fresh
+site.yml; everything it proved is proved here, the login as ops directly is the password shape's
+(test_login_password.py), so the suite converges one lab fewer.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import pytest
 
 import bounds
 from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, tool
-from login_labs import ShapeLab, fatal_messages
+from login_labs import ShapeLab, fatal_messages, our_lines
 
 pytestmark = pytest.mark.lab
 
@@ -59,6 +68,32 @@ def test_this_machine_reaches_the_nodes_only_through_the_bastion(lab):
     node_exec(lab.name, 1, f"timeout 5 bash -c 'exec 3<>/dev/tcp/{node2}/22'")
 
 
+def test_root_is_refused_and_the_admin_logs_in_with_the_labs_key_through_the_bastion(lab):
+    state = lab.state_dir()
+    key, known = state / "id_ed25519", state / "known_hosts"
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    addr = lab.status()["nodes"][0]["address"]
+    # the lab's ssh_config names the bastion (its key, its host key in the lab's known_hosts)
+    ssh = ["ssh", "-F", str(state / "ssh_config"), "-o", f"ProxyJump={lab.name}-bastion", "-o", "BatchMode=yes",
+           "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
+           "-i", str(key)]
+    root = subprocess.run(ssh + [f"root@{addr}", "true"], capture_output=True, text=True, timeout=bounds.COMMAND)
+    assert root.returncode == 255 and "Permission denied" in root.stderr, root.stderr
+    # the host key is the one read at the console (checked, not accepted on first use)
+    ops = subprocess.run(ssh + [f"ops@{addr}", "id -un; sudo -n id -un"], capture_output=True, text=True,
+                         timeout=bounds.COMMAND)
+    assert ops.returncode == 0 and ops.stdout.split() == ["ops", "root"], ops.stderr
+    # the lab inventory: ops over ssh on 22 with become, never podman; the training user trainer
+    inv = json.loads(subprocess.run([tool("ansible-inventory"), "-i", str(REPO / "inventory" / "lab"), "--host", "node1"],
+                                    env=ansible_env(lab.name), capture_output=True, text=True, timeout=bounds.COMMAND,
+                                    check=True).stdout)
+    assert {k: inv[k] for k in ("ansible_connection", "ansible_user", "ansible_port", "ansible_become",
+                                "cluster_user")} == {"ansible_connection": "ssh", "ansible_user": "ops",
+                                                     "ansible_port": 22, "ansible_become": True, "cluster_user": "trainer"}
+    ids = [node_exec(lab.name, n, "id trainer").stdout.strip() for n in (1, 2)]
+    assert ids[0] == ids[1] and "uid=2001(trainer)" in ids[0]
+
+
 def test_fresh_site_verify_and_launch_through_the_bastion(lab):
     assert lab.first.rc == 0, lab.first
     again = lab.site()
@@ -66,10 +101,41 @@ def test_fresh_site_verify_and_launch_through_the_bastion(lab):
     print(f"--bastion: fresh site.yml {lab.first.seconds:.0f} s, re-run {again.seconds:.0f} s (changed=0)")
     proc = lab.verify()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "privilege escalation" not in proc.stdout
     proc, seen = lab.launch_probe()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert sorted((p["host"], p["rank"], p["world"], p["user"], p["sum"]) for p in seen) == [
         ("node1", "0", "2", "trainer", "3"), ("node2", "1", "2", "trainer", "3")], proc.stdout[-3000:]
+    assert all(p["python"] == "/opt/provision/venv/bin/python" for p in seen), seen
+
+
+def test_a_missing_training_user_is_refused_and_nothing_changes(lab):
+    lab.stamp()
+    res = lab.site(extra_vars={"cluster_user": "ghost"})
+    assert res.rc != 0
+    for node in ("node1", "node2"):
+        (line,) = [m for m in our_lines(res, node) if "ghost" in m]
+        assert "the training user ghost does not exist there" in line and "cluster_user_create: true" in line
+    assert lab.changed_since_stamp() == {1: [], 2: []}
+
+
+def test_an_admin_without_sudo_rights_is_named_and_nothing_changes(lab):
+    node_exec(lab.name, 2, "mv /etc/sudoers.d/90-lab-ops /root/90-lab-ops.away")
+    try:
+        lab.stamp()
+        res = lab.site()
+        assert res.rc != 0
+        (line,) = our_lines(res, "node2")
+        assert "sudo on node2 asks ops for a password" in line and "may not use sudo" in line, line
+        assert "--ask-become-pass" in line and "reachable" not in line
+        assert not our_lines(res, "node1")
+        # node2 is untouched; node1 answered too (its become works) and was not changed either
+        assert lab.changed_since_stamp() == {1: [], 2: []}
+        # provision verify says the same for node2
+        doc = lab.verify()
+        assert doc.returncode == 1 and "sudo on node2 asks ops for a password" in doc.stdout
+    finally:
+        node_exec(lab.name, 2, "mv /root/90-lab-ops.away /etc/sudoers.d/90-lab-ops")
 
 
 def _bootstrap(lab, *args: str) -> subprocess.CompletedProcess:
