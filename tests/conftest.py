@@ -180,6 +180,24 @@ def four_node_lab(lab_factory):
     return _converged(lab_factory, "four", 4, bounds.SITE_FRESH_4)
 
 
+@pytest.fixture(scope="session")
+def bastion_lab():
+    """2 nodes behind a bastion, logged into as a cloud VM is (the admin ops with passwordless sudo, the
+    training user trainer; login_labs.ShapeLab), site.yml run on them fresh once: the login-shape tests of
+    test_login_bastion run on it, then test_trust_boundary's (a non-root training user, root reached through
+    sudo). Removed at the end of the session, with the snapshot a test saves of it."""
+    from login_labs import BASTION_LAB, ShapeLab
+
+    made = ShapeLab(BASTION_LAB, ["--bastion"]).up()
+    try:
+        made.first = made.site(timeout=bounds.SITE_FRESH)
+        made.first_seconds = made.first.seconds
+        yield made
+    finally:
+        made.down()
+        made.forget(f"{made.name}-snap")
+
+
 class ScratchUser:
     """A training user for unit tests of root working in another user's home: uid/gid 65534 (the
     uid of `nobody`, which every Linux has: ssh-keygen refuses to run for a uid without a passwd

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import bounds
-from helpers import REPO, ansible_env, lab_cmd, node_exec, probe_lines, run_playbook, tool
+from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, probe_lines, run_playbook, tool
 
 # one rank's line: who ran it, with which python, and the all-reduce's sum (3 on 2 nodes)
 PROBE = """\
@@ -27,6 +27,9 @@ dist.destroy_process_group()
 # leaves after its first success: ~/.sudo_as_admin_successful, and so the home's own mtime)
 CHANGED = ("find /etc /opt /usr/local /root /home -xdev -newer /tmp/lg-stamp -not -path '/home/ops' "
            "-not -path '/home/ops/.ansible*' -not -path /home/ops/.sudo_as_admin_successful -print 2>/dev/null | sort")
+
+# the lab of conftest's bastion_lab (--bastion: the admin ops with NOPASSWD sudo behind NAME-bastion)
+BASTION_LAB = lab_name("bast")
 
 
 class ShapeLab:
@@ -48,6 +51,11 @@ class ShapeLab:
     def down(self) -> None:
         if os.environ.get("PROVISION_KEEP_LABS") != "1":
             lab_cmd("down", lab_name=self.name, check=False, timeout=bounds.LAB_UP)
+
+    def forget(self, snapshot: str) -> None:
+        """Remove a snapshot saved of this lab (`lab forget` takes no --name: lab_cmd would add one)."""
+        subprocess.run([tool("provision"), "lab", "forget", snapshot], cwd=REPO, env=ansible_env(),
+                       capture_output=True, timeout=bounds.LAB_UP, check=False)
 
     def status(self) -> dict:
         return json.loads(lab_cmd("status", "--json", lab_name=self.name).stdout)

@@ -26,23 +26,17 @@ import subprocess
 import pytest
 
 import bounds
-from helpers import REPO, ansible_env, lab_cmd, lab_name, node_exec, tool
-from login_labs import ShapeLab, fatal_messages, our_lines
+from helpers import REPO, ansible_env, lab_cmd, node_exec, tool
+from login_labs import fatal_messages, our_lines
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
-def lab():
-    made = ShapeLab(lab_name("bast"), ["--bastion"]).up()
-    try:
-        made.first = made.site(timeout=bounds.SITE_FRESH)
-        yield made
-    finally:
-        made.down()
-        # `lab forget` takes no --name (lab_cmd adds one)
-        subprocess.run([tool("provision"), "lab", "forget", f"{made.name}-snap"], cwd=REPO, env=ansible_env(),
-                       capture_output=True, timeout=bounds.LAB_UP, check=False)
+def lab(bastion_lab):
+    """conftest's bastion_lab (test_trust_boundary uses it after this module: every test here leaves it as
+    it found it)."""
+    return bastion_lab
 
 
 def _tcp(address: str, port: int = 22, timeout: float = 3.0) -> str:

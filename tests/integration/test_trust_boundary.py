@@ -1,31 +1,34 @@
 """Root on the nodes trusts nothing the training user controls (issue 31), on a real 2-node lab.
 
-A non-root `trainer` is the cluster user (root logs in, as in the lab). site.yml runs once, green: the
-trainer's files are the trainer's, the venv is root's, the all-reduce ran as the trainer. Then the
-trainer plants what the issue found root following: `~/.ssh/config -> /etc/shadow`, a dangling key path
-into /etc, a dangling `~/.bashrc -> /etc/profile.d/x.sh`, `~/.provision -> /etc`, and tries a `.pth` file
-in the venv's site-packages (refused: the venv is root's). The stages that write the home, `provision
-verify` and the SLURM health check (from a root-owned install of its own) run; each refusal is one
-line naming the node, the file and the fix; nothing outside the trainer's home changed owner, mode or
-content (a listing of /etc, /opt/provision and /usr/local on both nodes, before and after).
+The lab is conftest's bastion_lab, the cloud shape of test_login_bastion (which runs first, on the same
+nodes): the non-root `trainer` is the cluster user, the admin `ops` logs in and becomes root with sudo, as
+on a cloud VM. Its site.yml ran once, fresh and green: the trainer's files are the trainer's, the venv is
+root's, the all-reduce ran as the trainer. Then the trainer plants what the issue found root following:
+`~/.ssh/config -> /etc/shadow`, a dangling key path into /etc, a dangling `~/.bashrc -> /etc/profile.d/x.sh`,
+`~/.provision -> /etc`, and tries a `.pth` file in the venv's site-packages (refused: the venv is root's).
+The stages that write the home, `provision verify` and the SLURM health check (from a root-owned install of
+its own) run; each refusal is one line naming the node, the file and the fix; nothing outside the trainer's
+home changed owner, mode or content (a listing of /etc, /opt/provision and /usr/local on both nodes, before
+and after).
 
-Runs only the stages each step needs (--tags): four failing runs of one stage each, and one green
-re-run of the four stages that write the home, which changes nothing.
+Runs only the stages each step needs (--tags): four failing runs of one stage each, and one green re-run
+of the four stages that write the home, which changes nothing. (Until 2026-11-28 this module made a lab of
+its own, root logging in, and ran site.yml fresh on it: one converge more per suite run.)
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 
 import pytest
-from helpers import REPO, ansible_env, install_wheels, lab_name, node_exec, run_playbook, tool
+from helpers import REPO, ansible_env, install_wheels, node_exec, run_playbook, tool
+from login_labs import BASTION_LAB
 
 pytestmark = pytest.mark.lab
 
-LAB = lab_name("trust")
+LAB = BASTION_LAB
 USER = "trainer"
 HOME = f"/home/{USER}"
 VENV = "/opt/provision/venv"
@@ -64,27 +67,16 @@ def fatal_lines(res, node: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def lab(lab_factory, provision_wheels):
-    made = lab_factory(LAB, nodes=2)
-    # the facts a lab of this name cached before (an earlier run of this test) are not this lab's: the
-    # all-reduce would reuse their green result instead of running as the trainer
-    shutil.rmtree(ansible_env(LAB)["ANSIBLE_CACHE_PLUGIN_CONNECTION"], ignore_errors=True)
-    for n in (1, 2):
-        node_exec(LAB, n, f"id {USER} >/dev/null 2>&1 || useradd -m -s /bin/bash {USER}")
-    t0 = time.monotonic()
-    # every stage that writes the trainer's home, the venv and the all-reduce as the trainer (the toolchain
-    # and limits stages, and the verify pass that a test below runs itself, are left out: not ours)
-    first = run_playbook("site.yml", lab_name=LAB, extra_vars=VARS, timeout=2400,
-                         extra_args=["--skip-tags", "gcc_toolchain,cuda_toolkit,node_runtime,verify"])
-    assert first.rc == 0, first
-    made.first_seconds = time.monotonic() - t0
+def lab(bastion_lab, provision_wheels):
+    assert bastion_lab.first.rc == 0, bastion_lab.first
+    assert node_exec(LAB, 1, f"id -u {USER}").stdout.strip() == "2001"
     # the health check's own installation, root's (docs/slurm.md), on node1
     install_wheels(LAB, 1, provision_wheels, HEALTH, "provision")
     node_exec(LAB, 1, f"printf '#!/bin/sh\\nexec {HEALTH}/bin/provision verify --local -e cluster_user={USER} "
                       "--timeout 300\\n' > /usr/local/sbin/provision-healthcheck && "
                       "chmod 755 /usr/local/sbin/provision-healthcheck")
-    print(f"\nsite.yml for {USER} on a fresh 2-node lab: {made.first_seconds:.0f} s")
-    return made
+    yield bastion_lab
+    node_exec(LAB, 1, f"rm -rf {HEALTH} /usr/local/sbin/provision-healthcheck", check=False)
 
 
 def healthcheck() -> subprocess.CompletedProcess:
