@@ -33,7 +33,8 @@ BASTION_LAB = lab_name("bast")
 
 
 class ShapeLab:
-    """A 2-node lab of one login shape, up for one test module (at most two labs up at once)."""
+    """A 2-node lab of one login shape, up for one test module (the password shape's) or for the session
+    (conftest's bastion_lab, which two modules use)."""
 
     def __init__(self, name: str, options: list[str], password_file: Path | None = None):
         self.name = name

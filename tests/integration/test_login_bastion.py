@@ -20,6 +20,7 @@ site.yml; everything it proved is proved here, the login as ops directly is the 
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 
@@ -66,17 +67,6 @@ def test_root_is_refused_and_the_admin_logs_in_with_the_labs_key_through_the_bas
     state = lab.state_dir()
     key, known = state / "id_ed25519", state / "known_hosts"
     assert oct(key.stat().st_mode & 0o777) == "0o600"
-    addr = lab.status()["nodes"][0]["address"]
-    # the lab's ssh_config names the bastion (its key, its host key in the lab's known_hosts)
-    ssh = ["ssh", "-F", str(state / "ssh_config"), "-o", f"ProxyJump={lab.name}-bastion", "-o", "BatchMode=yes",
-           "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
-           "-i", str(key)]
-    root = subprocess.run(ssh + [f"root@{addr}", "true"], capture_output=True, text=True, timeout=bounds.COMMAND)
-    assert root.returncode == 255 and "Permission denied" in root.stderr, root.stderr
-    # the host key is the one read at the console (checked, not accepted on first use)
-    ops = subprocess.run(ssh + [f"ops@{addr}", "id -un; sudo -n id -un"], capture_output=True, text=True,
-                         timeout=bounds.COMMAND)
-    assert ops.returncode == 0 and ops.stdout.split() == ["ops", "root"], ops.stderr
     # the lab inventory: ops over ssh on 22 with become, never podman; the training user trainer
     inv = json.loads(subprocess.run([tool("ansible-inventory"), "-i", str(REPO / "inventory" / "lab"), "--host", "node1"],
                                     env=ansible_env(lab.name), capture_output=True, text=True, timeout=bounds.COMMAND,
@@ -84,6 +74,18 @@ def test_root_is_refused_and_the_admin_logs_in_with_the_labs_key_through_the_bas
     assert {k: inv[k] for k in ("ansible_connection", "ansible_user", "ansible_port", "ansible_become",
                                 "cluster_user")} == {"ansible_connection": "ssh", "ansible_user": "ops",
                                                      "ansible_port": 22, "ansible_become": True, "cluster_user": "trainer"}
+    # ssh the way the inventory has Ansible log in: through the bastion (the lab's ssh_config, ProxyJump),
+    # the host key the one read at the console (checked, not accepted on first use), the lab's key
+    common = shlex.split(inv["ansible_ssh_common_args"])
+    assert f"UserKnownHostsFile={known}" in common and "StrictHostKeyChecking=yes" in common, common
+    assert f"ProxyJump={lab.name}-bastion" in common and inv["ansible_ssh_private_key_file"] == str(key), inv
+    ssh = ["ssh", *common, "-i", str(key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+    addr = lab.status()["nodes"][0]["address"]
+    root = subprocess.run(ssh + [f"root@{addr}", "true"], capture_output=True, text=True, timeout=bounds.COMMAND)
+    assert root.returncode == 255 and "Permission denied" in root.stderr, root.stderr
+    ops = subprocess.run(ssh + [f"ops@{addr}", "id -un; sudo -n id -un"], capture_output=True, text=True,
+                         timeout=bounds.COMMAND)
+    assert ops.returncode == 0 and ops.stdout.split() == ["ops", "root"], ops.stderr
     ids = [node_exec(lab.name, n, "id trainer").stdout.strip() for n in (1, 2)]
     assert ids[0] == ids[1] and "uid=2001(trainer)" in ids[0]
 
