@@ -24,6 +24,7 @@ import yaml
 
 from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import render_block
 from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import DEFAULT_MASTER_PORT, DEFAULT_SSH_PORT, node_address
+from ansible_collections.provision.cluster.plugins.module_utils.common.launch import launch_order
 
 DEFAULT_PORT = DEFAULT_MASTER_PORT
 
@@ -123,8 +124,8 @@ def launch_nodes(hosts, hostvars, default_slots=1, master=None):
         if ips:
             node["device_ips"] = [str(ip) for ip in ips]
         nodes.append(node)
-    master = master or (nodes[0]["name"] if nodes else None)
-    nodes.sort(key=lambda n: 0 if n["name"] == master else 1)
+    by_name = {n["name"]: n for n in nodes}
+    nodes = [by_name[n] for n in launch_order([n["name"] for n in nodes], master)]
     for rank, node in enumerate(nodes):
         node["rank"] = rank
     return _check(nodes)

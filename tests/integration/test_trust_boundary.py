@@ -164,6 +164,10 @@ def test_links_planted_by_the_user_are_refused_in_one_line_and_nothing_outside_i
     doc = json.loads(proc.stdout)
     env = [c for c in doc["checks"] if c["check"] == "env block" and c["node"] == "node1"]
     assert env and env[0]["status"] == "fail" and "symbolic link" in env[0]["detail"], env
+    # the launch files behind ~/.provision -> /etc: named, not read
+    launch = [c for c in doc["checks"] if c["check"] == "launch files" and c["node"] == "node1"]
+    assert launch and launch[0]["status"] == "fail", launch
+    assert launch[0]["detail"].startswith(f"{HOME}/.provision is a symbolic link (to /etc)"), launch
     health = healthcheck()
     assert health.returncode in (0, 1), health.stdout[-2000:] + health.stderr[-2000:]
 

@@ -23,7 +23,8 @@ USER_HOME = "/root"  # the lab's cluster_user is root
 # what verify must not touch: dotfiles and configs the roles manage, on every node
 WATCHED = [f"{USER_HOME}/.bashrc", f"{USER_HOME}/.ssh/authorized_keys", f"{USER_HOME}/.ssh/known_hosts",
            f"{USER_HOME}/.ssh/config", f"{USER_HOME}/.deepspeed_env", "/etc/ssh/sshd_config",
-           "/etc/ssh/sshd_config.d", "/etc/pdsh", "/etc/hosts", "/etc/provision", "/etc/security/limits.d"]
+           "/etc/ssh/sshd_config.d", "/etc/pdsh", "/etc/hosts", "/etc/provision", "/etc/security/limits.d",
+           f"{USER_HOME}/.provision/launch"]
 SNAPSHOT = (
     "for p in " + " ".join(WATCHED) + "; do "
     "  if [ -e \"$p\" ]; then find \"$p\" -type f -exec sha256sum {} + ; "
@@ -169,6 +170,13 @@ FAULTS = [
            "grep -q '^export NCCL_SOCKET_IFNAME=eth0' /root/.bashrc",
         "mv /root/bashrc.vf /root/.bashrc",
         "node1", "nccl_net", ["eth0"], id="nccl-interface-unreachable"),
+    pytest.param(
+        # launch files changed by hand: node2 dropped from DeepSpeed's hostfile, mpirun.sh removed (a job
+        # started with them runs on one node, or not at all)
+        2, "cp -a /root/.provision/launch /root/launch.vf && sed -i '/^node2 /d' /root/.provision/launch/hostfile.deepspeed && "
+           "rm /root/.provision/launch/mpirun.sh",
+        "rm -rf /root/.provision/launch && mv /root/launch.vf /root/.provision/launch",
+        "node2", "launch files", ["missing: mpirun.sh", "--tags launchers"], id="launch-files-edited"),
 ]
 
 

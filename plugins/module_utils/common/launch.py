@@ -4,6 +4,9 @@
 """Plain-Python logic of the launch_dir and launch_job modules (no Ansible imports).
 
 - plan_files(): which launch files must be (re)written, given what is on disk.
+- launch_order(), launch_checks(): the node order every launcher file uses (the master first), and
+  verify's check of a node's launch directory (the launch_files_info module): the files the launchers
+  stage always writes are there, and they name the cluster the inventory has now.
 - Job control for `provision launch`: start a command detached in its own session with its
   output in a log file, poll the log from an offset (bounded wait), stop the process group.
   A run lives in RUNS_DIR/<run_id>/ : out.log, pid, rc (written when the command ends).
@@ -12,11 +15,14 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import time
 
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import file_differs, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.common.nodelist import NodeListError, parse_hostfile
+from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
 
 # `sh -c` wrapper: run the command, then record its exit status atomically.
 _WRAPPER = '"$@"; rc=$?; echo $rc > "$PROVISION_RUN_DIR/rc.tmp" && mv "$PROVISION_RUN_DIR/rc.tmp" ' \
@@ -39,6 +45,126 @@ def plan_files(directory, files):
         if reason:
             todo.append((name, reason))
     return todo
+
+
+def launch_order(names, master=None):
+    """The launchers' node order: the master (default: the first) is rank 0, the others keep their order."""
+    names = [str(n) for n in names]
+    master = master if master in names else (names[0] if names else None)
+    return [n for n in names if n == master] + [n for n in names if n != master]
+
+
+# ---- verify's check of a launch directory ---------------------------------------------------
+
+# what the launchers stage writes on every node whatever the cluster (launch_files in
+# plugins/filter/launchers.py; a unit test holds the two together)
+LAUNCH_ENV = "launch.env"
+HOSTFILES = ("hostfile.deepspeed", "hostfile.mpi", "hostfile.colossalai")
+SCRIPTS = ("torchrun-static.sh", "deepspeed.sh", "mpirun.sh", "horovodrun.sh", "accelerate.sh")
+ALWAYS = (LAUNCH_ENV,) + HOSTFILES + ("accelerate.yaml",) + SCRIPTS
+LAUNCH_CHECK = "launch files"
+LAUNCH_FIX = "ansible-playbook site.yml --tags launchers"
+
+
+def parse_env(text):
+    """launch.env's KEY=value lines (values shell-quoted, as launch_env writes them) -> {KEY: value}."""
+    out = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            words = [value]
+        out[key.strip()] = words[0] if words else ""
+    return out
+
+
+def _names(names, limit=6):
+    names = list(names)
+    shown = ", ".join(names[:limit])
+    return shown + (" and %d more" % (len(names) - limit) if len(names) > limit else "")
+
+
+def _membership(written, nodes, whose="the inventory"):
+    """One line when the nodes a file lists are not WHOSE nodes (None when they are)."""
+    if written == nodes:
+        return None
+    added = [n for n in nodes if n not in written]
+    removed = [n for n in written if n not in nodes]
+    if added or removed:
+        change = "; ".join(part for part in (
+            "not listed: %s" % _names(added) if added else "",
+            "listed but not in %s: %s" % (whose, _names(removed)) if removed else "") if part)
+        return "%d node%s, %s has %d (%s)" % (len(written), "" if len(written) == 1 else "s", whose, len(nodes), change)
+    return "the nodes in another order (rank 0: %s; in %s: %s)" % (written[0], whose, nodes[0])
+
+
+def launch_checks(node, directory, found, expect):
+    """The check `launch files` of one node, from what its launch directory holds.
+
+    found: {file name: {"content": str, "mode": int} | {"error": str (naming the file)} | None (missing)}, or None when the
+    directory does not exist. expect: the cluster as the inventory has it now: {"nodes": [names, in
+    launch_order], "master_addr", "master_port", "ssh_port"}. A directory that is not there is a warning
+    (a cluster whose jobs start another way has none); files missing, unreadable, or naming another set
+    of nodes, another rendezvous or another ssh port than the inventory's fail: a job started with them
+    waits for a node that is gone, leaves out one that joined, or meets at the wrong address."""
+    if found is None:
+        return [C.warned(LAUNCH_CHECK, "no launch files in %s (the hostfiles and launch scripts of every launcher)"
+                         % directory, "%s (writes them on every node)" % LAUNCH_FIX, node=node)]
+    nodes = [str(n) for n in expect.get("nodes") or []]
+    problems, missing = [], []
+    for name in ALWAYS:
+        entry = found.get(name)
+        if entry is None:
+            missing.append(name)
+        elif entry.get("error"):
+            problems.append(entry["error"] if name in entry["error"] else "%s: %s" % (name, entry["error"]))
+        elif name in SCRIPTS and not entry.get("mode", 0o755) & 0o100:
+            problems.append("%s is not executable (mode %04o)" % (name, entry["mode"]))
+    if missing:
+        problems.insert(0, "missing: %s" % ", ".join(missing))
+    listed = nodes
+    env_file = found.get(LAUNCH_ENV)
+    if env_file and "content" in env_file:
+        env = parse_env(env_file["content"])
+        listed = [n for n in env.get("PROVISION_NODES", "").split(",") if n]
+        stale = _membership(listed, nodes)
+        if stale:
+            problems.append("%s lists %s" % (LAUNCH_ENV, stale))
+        rendezvous = "%s:%s" % (env.get("MASTER_ADDR", "?"), env.get("MASTER_PORT", "?"))
+        want = "%s:%s" % (expect.get("master_addr"), expect.get("master_port"))
+        if expect.get("master_addr") and rendezvous != want:
+            problems.append("rendezvous %s, the inventory's is %s" % (rendezvous, want))
+        if expect.get("ssh_port") and env.get("PROVISION_SSH_PORT") != str(expect["ssh_port"]):
+            problems.append("ssh port %s, the inventory's is %s" % (env.get("PROVISION_SSH_PORT", "?"),
+                                                                    expect["ssh_port"]))
+        if node in listed and env.get("NODE_RANK") != str(listed.index(node)):
+            problems.append("NODE_RANK=%s, %s is rank %d of the nodes listed" % (env.get("NODE_RANK", "?"), node,
+                                                                                   listed.index(node)))
+    for name in HOSTFILES:
+        entry = found.get(name)
+        if not entry or "content" not in entry:
+            continue
+        try:
+            names = [n for n, _slots in parse_hostfile(entry["content"])]
+        except NodeListError as exc:
+            problems.append("%s: %s" % (name, exc))
+            continue
+        # against launch.env's list: a stale directory is said once above; this names a hand-edited file
+        differs = _membership(names, listed, LAUNCH_ENV if listed is not nodes else "the inventory")
+        if differs:
+            problems.append("%s lists %s" % (name, differs))
+    data = {"dir": directory, "nodes": len(listed)}
+    if problems:
+        return [C.failed(LAUNCH_CHECK, "%s: %s" % (directory, "; ".join(problems)),
+                         "%s (rewrites them on every node from the inventory; your own launch files belong "
+                         "elsewhere: this directory is rewritten)" % LAUNCH_FIX, node=node, data=data)]
+    return [C.passed(LAUNCH_CHECK, "%d files in %s for %d nodes (rank 0 %s), rendezvous %s:%s"
+                     % (len(ALWAYS), directory, len(listed), listed[0] if listed else "-",
+                        expect.get("master_addr"), expect.get("master_port")), node=node, data=data)]
 
 
 # ---- job control ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_p
 from ansible_collections.provision.cluster.plugins.module_utils.verify import consistency
 from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health, gpu_health
 from ansible_collections.provision.cluster.plugins.module_utils.ssh import mesh_audit
+from ansible_collections.provision.cluster.plugins.module_utils.common.launch import launch_order
 from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import (
     compare_checks, compare_outcome, env_python, normalize, package_names)
 
@@ -327,6 +328,15 @@ def _runtime_args(ctx):
     }
 
 
+def _launch_args(ctx):
+    """The launch directory (launchers_dir) and the cluster it must name: every node of the plan (not only
+    the play's: verify --limit checks fewer nodes, the files list them all), in the launchers' order."""
+    return {"path": ctx.var("launchers_dir"), "user": ctx.user(), "node": ctx.host,
+            "nodes": launch_order(ctx.plan.get("hosts") or ctx.hosts, ctx.plan.get("master")),
+            "master_addr": ctx.plan.get("master_addr") or ctx.rendezvous()["address"],
+            "master_port": ctx.master_port(), "ssh_port": ctx.ssh_port()}
+
+
 def _nccl_args(ifname=None):
     def args(ctx):
         out = {"peers": ctx.nodes(), "self_name": ctx.host, "probe_port": ctx.ssh_port(),
@@ -549,6 +559,12 @@ CATALOG = [
     Spec("landing", "landing", "ssh <name> from every node lands in that node", module="provision.cluster.ssh_landing",
          stage="node_runtime",
          phase=PEERS, group="runtime", needs=("runtime",), reuse=_reuse_landing, default=False, local=False),
+    # the files every launcher reads, against the inventory of now: a node added or removed, a master moved
+    # since the launchers stage last ran (the directory's absence warns: jobs may start another way)
+    Spec("launchers", "launch files", "the launch directory (launchers_dir): hostfiles, launch.env and the launch scripts "
+         "there, naming the inventory's nodes, rendezvous and ssh port; each hostfile as launch.env",
+         module="provision.cluster.launch_files_info", stage="launchers", args=_launch_args,
+         when=lambda ctx: bool(ctx.var("launchers_dir")), local=False),
     Spec("compare", "versions equal", "versions equal on every node", phase=CLUSTER, group="versions", stage="python_env",
          needs=("versions",), cluster=_cluster_compare, default=False),
     Spec("gpu_health", "gpu health",

@@ -1,0 +1,186 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: launch_files_info
+short_description: Check a node's launch directory against the cluster the inventory has now
+description:
+  - Reads the launch directory the launchers role writes (O(path)). The files it writes on every node
+    (C(launch.env), the DeepSpeed, MPI and Colossal-AI hostfiles, C(accelerate.yaml) and the launch
+    scripts) must be there, the scripts executable.
+  - Compares the nodes C(launch.env) lists (C(PROVISION_NODES)), its rendezvous (C(MASTER_ADDR),
+    C(MASTER_PORT)) and ssh port with O(nodes), O(master_addr), O(master_port) and O(ssh_port); files
+    written before a node joined or left, or before the master moved, fail with the command that rewrites
+    them. Each hostfile must list the nodes C(launch.env) lists (a hand-edited one fails).
+  - A node without the directory gives a warning (a cluster whose jobs start another way has none).
+  - Root reading another user's directory (O(user)) reads through file descriptors and never follows a
+    symbolic link the user could have planted; file contents are never returned.
+  - The check C(launch files) of C(provision verify) (plugins/module_utils/common/launch.py).
+version_added: "0.5.0"
+author: provision developers (!UNKNOWN)
+options:
+  path:
+    description: The launch directory (C(launchers_dir)); C(~user) is expanded on the node.
+    type: path
+    required: true
+  user:
+    description: The user the directory belongs to (the cluster user).
+    type: str
+  nodes:
+    description: The cluster's node names in launch order (the master first).
+    type: list
+    elements: str
+    required: true
+  master_addr:
+    description: The rendezvous address the inventory gives (cluster_plan.master_addr).
+    type: str
+  master_port:
+    description: The rendezvous port (cluster_master_port).
+    type: int
+  ssh_port:
+    description: The cluster's sshd port (sshd_port).
+    type: int
+  node:
+    description: This node's inventory name (its rank and the records' node).
+    type: str
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
+"""
+
+EXAMPLES = r"""
+- name: Check the launch files against the inventory
+  provision.cluster.launch_files_info:
+    path: "~train/.provision/launch"
+    user: train
+    nodes: [node1, node2, node3]
+    master_addr: 10.0.0.11
+    master_port: 29500
+    ssh_port: 2222
+    node: "{{ inventory_hostname }}"
+  register: launch
+
+- name: Fail on a stale launch directory
+  ansible.builtin.assert:
+    that: launch.checks | selectattr('status', 'equalto', 'fail') | list | length == 0
+"""
+
+RETURN = r"""
+checks:
+  description: The check C(launch files), as C(provision verify) reports it.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {"check": "launch files", "status": "fail", "node": "node1",
+       "detail": "/home/train/.provision/launch: launch.env lists 2 nodes, the inventory has 3 (not listed: node3)",
+       "fix": "ansible-playbook site.yml --tags launchers (rewrites them on every node from the inventory; ...)"}
+path:
+  description: The directory, expanded.
+  returned: always
+  type: str
+"""
+
+import os
+import pwd
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import UnsafeFile, confinement
+from ansible_collections.provision.cluster.plugins.module_utils.common.launch import ALWAYS, launch_checks
+from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
+
+READ_LIMIT = 1 << 20   # a launch file is a few KiB; a larger one is not ours
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _plain_read(path):
+    """(bytes, stat) of a regular file, (None, None) when missing; a link or another kind raises UnsafeFile."""
+    try:
+        fd = os.open(path, _FLAGS)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UnsafeFile("%s is a symbolic link (not followed); fix: remove it" % path) from None
+        raise UnsafeFile("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile("%s is not a regular file; fix: remove it" % path)
+        if st.st_size > READ_LIMIT:
+            raise UnsafeFile("%s is %d bytes, not a launch file" % (path, st.st_size))
+        return os.read(fd, READ_LIMIT), st
+    finally:
+        os.close(fd)
+
+
+def read_launch_dir(path, pw, names=ALWAYS):
+    """{name: {"content", "mode"} | {"error"} | None} of the files NAMES in PATH, or None when PATH is not a
+    directory. Root reading another user's directory goes through its fds (files.Confined), never a link."""
+    confined = [c for c in confinement(pw) if c.covers(path)] if pw is not None else []
+    c = confined[0] if confined else None
+    if c is not None:
+        kind = c.kind(path)   # a link on the way raises UnsafeFile
+        if kind == "link":
+            raise UnsafeFile("%s is a symbolic link (not followed)" % path)
+        if kind != "dir":
+            return None
+    elif not os.path.isdir(path):
+        return None
+    found = {}
+    for name in names:
+        target = os.path.join(path, name)
+        try:
+            data, st = c.read(target, READ_LIMIT) if c is not None else _plain_read(target)
+        except UnsafeFile as exc:
+            # the check's own fix (site.yml --tags launchers) replaces the file: the refusal's fix is left out
+            found[name] = {"error": str(exc).split("; fix: ")[0]}
+            continue
+        except OSError as exc:
+            found[name] = {"error": "cannot read %s: %s" % (target, exc.strerror or exc)}
+            continue
+        found[name] = None if data is None else {
+            "content": data.decode("utf-8", errors="replace"), "mode": stat.S_IMODE(st.st_mode)}
+    return found
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            user=dict(type="str"),
+            nodes=dict(type="list", elements="str", required=True),
+            master_addr=dict(type="str"),
+            master_port=dict(type="int"),
+            ssh_port=dict(type="int"),
+            node=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    path, node = p["path"], p["node"]
+    if path.startswith("~"):   # type path expanded ~user already: that user does not exist here
+        module.exit_json(changed=False, path=path, checks=[C.failed(
+            "launch files", "%s: its user does not exist on this node" % path,
+            "create the cluster user (ansible-playbook site.yml) or set cluster_user", node=node)])
+    try:
+        pw = pwd.getpwnam(p["user"]) if p["user"] else None
+    except KeyError:
+        pw = None
+    expect = {"nodes": p["nodes"], "master_addr": p["master_addr"], "master_port": p["master_port"],
+              "ssh_port": p["ssh_port"]}
+    try:
+        found = read_launch_dir(path, pw)
+    except UnsafeFile as exc:
+        detail, _, fix = str(exc).partition("; fix: ")
+        checks = [C.failed("launch files", detail, fix or "make %s a directory of %s, with no link on the way"
+                           % (path, p["user"] or "the cluster user"), node=node)]
+    else:
+        checks = launch_checks(node, path, found, expect)
+    module.exit_json(changed=False, path=path, checks=checks)
+
+
+if __name__ == "__main__":
+    main()
