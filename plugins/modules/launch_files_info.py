@@ -30,10 +30,13 @@ options:
     description: The user the directory belongs to (the cluster user).
     type: str
   nodes:
-    description: The cluster's node names in launch order (the master first).
+    description: The cluster's node names, in inventory order.
     type: list
     elements: str
     required: true
+  master:
+    description: The master's name (rank 0 in every launch file; default the first of O(nodes)).
+    type: str
   master_addr:
     description: The rendezvous address the inventory gives (cluster_plan.master_addr).
     type: str
@@ -46,6 +49,12 @@ options:
   node:
     description: This node's inventory name (its rank and the records' node).
     type: str
+  fail:
+    description:
+      - Fail, with the check's detail and fix as the message, when the check fails (C(provision launch)
+        does, before it starts a job). A warning (no directory) does not fail.
+    type: bool
+    default: false
 extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
 """
 
@@ -55,15 +64,23 @@ EXAMPLES = r"""
     path: "~train/.provision/launch"
     user: train
     nodes: [node1, node2, node3]
+    master: node1
     master_addr: 10.0.0.11
     master_port: 29500
     ssh_port: 2222
     node: "{{ inventory_hostname }}"
   register: launch
 
-- name: Fail on a stale launch directory
-  ansible.builtin.assert:
-    that: launch.checks | selectattr('status', 'equalto', 'fail') | list | length == 0
+- name: Refuse to start a job with a stale launch directory (one line with the fix)
+  provision.cluster.launch_files_info:
+    path: "~train/.provision/launch"
+    nodes: "{{ cluster_plan.hosts }}"
+    master: "{{ cluster_plan.master }}"
+    master_addr: "{{ cluster_plan.master_addr }}"
+    master_port: "{{ cluster_plan.master_port }}"
+    ssh_port: "{{ cluster_plan.ssh_port }}"
+    node: "{{ inventory_hostname }}"
+    fail: true
 """
 
 RETURN = r"""
@@ -88,7 +105,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import UnsafeFile, confinement
-from ansible_collections.provision.cluster.plugins.module_utils.common.launch import ALWAYS, launch_checks
+from ansible_collections.provision.cluster.plugins.module_utils.common.launch import ALWAYS, launch_checks, launch_order
 from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
 
 READ_LIMIT = 1 << 20   # a launch file is a few KiB; a larger one is not ours
@@ -152,10 +169,12 @@ def main():
             path=dict(type="path", required=True),
             user=dict(type="str"),
             nodes=dict(type="list", elements="str", required=True),
+            master=dict(type="str"),
             master_addr=dict(type="str"),
             master_port=dict(type="int"),
             ssh_port=dict(type="int"),
             node=dict(type="str"),
+            fail=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -169,7 +188,7 @@ def main():
         pw = pwd.getpwnam(p["user"]) if p["user"] else None
     except KeyError:
         pw = None
-    expect = {"nodes": p["nodes"], "master_addr": p["master_addr"], "master_port": p["master_port"],
+    expect = {"nodes": launch_order(p["nodes"], p["master"]), "master_addr": p["master_addr"], "master_port": p["master_port"],
               "ssh_port": p["ssh_port"]}
     try:
         found = read_launch_dir(path, pw)
@@ -179,6 +198,10 @@ def main():
                            % (path, p["user"] or "the cluster user"), node=node)]
     else:
         checks = launch_checks(node, path, found, expect)
+    bad = C.failures(checks)
+    if p["fail"] and bad:
+        module.fail_json(msg="%s: %s; fix: %s" % (bad[0]["check"], bad[0]["detail"], bad[0]["fix"]), path=path,
+                         checks=checks)
     module.exit_json(changed=False, path=path, checks=checks)
 
 

@@ -167,6 +167,25 @@ def test_provision_launch_stops_the_others_when_one_fails(rendered):
     assert left == "", left
 
 
+def test_provision_launch_refuses_launch_files_of_another_cluster(rendered):
+    """Files written for another node set (here: node2's launch.env names node3 too, as after node3 left the
+    inventory without a site.yml run): the start is refused on that node in one line with the fix, and the
+    job started nowhere (the other node's start is stopped)."""
+    env_file = f"{LAUNCH_DIR}/launch.env"
+    node_exec(LAB, 2, f"cp -p {env_file} /tmp/launch.env.mine && "
+                      f"sed -i 's/^PROVISION_NODES=.*/PROVISION_NODES=node1,node2,node3/' {env_file}")
+    try:
+        proc = _launch("--timeout", "60", "--", "/tmp/probe.py", timeout=bounds.JOB)
+    finally:
+        node_exec(LAB, 2, f"mv /tmp/launch.env.mine {env_file}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next((ln for ln in proc.stderr.splitlines() if ln.startswith("provision launch: node2: launch files: ")), None)
+    assert line and "launch.env lists 3 nodes, the inventory has 2 (listed but not in the inventory: node3)" in line, \
+        proc.stderr
+    assert line.split("; fix: ")[1].startswith("ansible-playbook site.yml --tags launchers"), line
+    assert "PROBE " not in proc.stdout, proc.stdout
+
+
 def test_provision_launch_usage_errors_exit_2(tmp_path):
     proc = subprocess.run([tool("provision"), "launch", "-i", str(tmp_path / "missing.yml"), "--", "x.py"],
                           cwd=REPO, env=ansible_env(LAB), capture_output=True, text=True, timeout=bounds.COMMAND)

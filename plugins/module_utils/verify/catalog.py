@@ -24,7 +24,6 @@ from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_p
 from ansible_collections.provision.cluster.plugins.module_utils.verify import consistency
 from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health, gpu_health
 from ansible_collections.provision.cluster.plugins.module_utils.ssh import mesh_audit
-from ansible_collections.provision.cluster.plugins.module_utils.common.launch import launch_order
 from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import (
     compare_checks, compare_outcome, env_python, normalize, package_names)
 
@@ -330,9 +329,9 @@ def _runtime_args(ctx):
 
 def _launch_args(ctx):
     """The launch directory (launchers_dir) and the cluster it must name: every node of the plan (not only
-    the play's: verify --limit checks fewer nodes, the files list them all), in the launchers' order."""
+    the play's: verify --limit checks fewer nodes, the files list them all) and the master (rank 0)."""
     return {"path": ctx.var("launchers_dir"), "user": ctx.user(), "node": ctx.host,
-            "nodes": launch_order(ctx.plan.get("hosts") or ctx.hosts, ctx.plan.get("master")),
+            "nodes": list(ctx.plan.get("hosts") or ctx.hosts), "master": ctx.plan.get("master"),
             "master_addr": ctx.plan.get("master_addr") or ctx.rendezvous()["address"],
             "master_port": ctx.master_port(), "ssh_port": ctx.ssh_port()}
 

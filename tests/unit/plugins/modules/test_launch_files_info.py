@@ -49,6 +49,19 @@ def test_as_the_owner_pass_then_a_node_added_then_no_directory(tmp_path):
     assert c["status"] == "warn" and "no launch files in" in c["detail"], c
 
 
+def test_the_master_is_rank_0_and_fail_true_refuses_in_one_line(tmp_path):
+    d = tmp_path / "launch"
+    write(d, names=["node2", "node1"])            # written with node2 as the master
+    (c,) = run(d, master="node2")["checks"]
+    assert c["status"] == "pass", c
+    res = run(d, fail=True)                        # the inventory's master is node1 now
+    assert res["failed"] is True and res["msg"].startswith(
+        f"launch files: {d}: launch.env lists the nodes in another order (rank 0: node2; in the inventory: node1)"), res
+    assert res["msg"].endswith("; fix: ansible-playbook site.yml --tags launchers (rewrites them on every node from "
+                               "the inventory; your own launch files belong elsewhere: this directory is rewritten)")
+    assert "failed" not in run(tmp_path / "none", fail=True)      # no directory: a warning, not a refusal
+
+
 def test_as_the_owner_a_link_in_place_of_a_file_is_not_followed(tmp_path):
     d = tmp_path / "launch"
     write(d)

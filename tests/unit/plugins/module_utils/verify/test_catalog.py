@@ -66,13 +66,14 @@ def test_every_entry_with_a_module_builds_its_arguments_from_the_plan_and_role_d
 def test_the_launch_files_are_checked_against_every_node_of_the_plan_in_launch_order():
     c = ctx({"launchers_dir": "~train/.provision/launch"}, host="n2")
     assert K.BY_NAME["launchers"].args(c) == {
-        "path": "~train/.provision/launch", "user": "train", "node": "n2", "nodes": ["n1", "n2"],
+        "path": "~train/.provision/launch", "user": "train", "node": "n2", "nodes": ["n1", "n2"], "master": "n1",
         "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222}
-    # verify --limit n2 checks one node, whose files list them all; the master is rank 0 wherever it stands
+    # verify --limit n2 checks one node, whose files list them all (the module puts the master first)
     plan = dict(PLAN, hosts=["n1", "n2", "n3"], master="n3", master_addr="10.0.0.3")
     limited = K.Context("n2", plan, ["n2"], Var({"launchers_dir": "/srv/launch"}))
     args = K.BY_NAME["launchers"].args(limited)
-    assert args["nodes"] == ["n3", "n1", "n2"] and args["master_addr"] == "10.0.0.3" and args["path"] == "/srv/launch"
+    assert args["nodes"] == ["n1", "n2", "n3"] and args["master"] == "n3" and args["master_addr"] == "10.0.0.3"
+    assert args["path"] == "/srv/launch"
     # where the directory's setting cannot be known (its default names cluster_plan, which verify --local lacks)
     assert K.BY_NAME["launchers"].when(ctx({"launchers_dir": None})) is False
     assert not K.BY_NAME["launchers"].local and K.BY_NAME["launchers"].stage == "launchers"
