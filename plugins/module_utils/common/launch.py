@@ -92,14 +92,17 @@ def _membership(written, nodes, whose="the inventory"):
     """One line when the nodes a file lists are not WHOSE nodes (None when they are)."""
     if written == nodes:
         return None
-    added = [n for n in nodes if n not in written]
-    removed = [n for n in written if n not in nodes]
-    if added or removed:
+    have, want = set(written), set(nodes)     # sets: a 4,096-node list is compared on every node
+    added = [n for n in nodes if n not in have]
+    removed = [n for n in written if n not in want]
+    if added or removed or len(written) != len(nodes):
         change = "; ".join(part for part in (
             "not listed: %s" % _names(added) if added else "",
-            "listed but not in %s: %s" % (whose, _names(removed)) if removed else "") if part)
+            "listed but not in %s: %s" % (whose, _names(removed)) if removed else "",
+            "a node listed twice" if not (added or removed) else "") if part)
         return "%d node%s, %s has %d (%s)" % (len(written), "" if len(written) == 1 else "s", whose, len(nodes), change)
-    return "the nodes in another order (rank 0: %s; in %s: %s)" % (written[0], whose, nodes[0])
+    rank = next(i for i, (a, b) in enumerate(zip(written, nodes)) if a != b)
+    return "the nodes in another order (rank %d: %s; in %s: %s)" % (rank, written[rank], whose, nodes[rank])
 
 
 def launch_checks(node, directory, found, expect):

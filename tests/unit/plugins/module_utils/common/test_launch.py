@@ -141,6 +141,9 @@ def test_another_rendezvous_or_ssh_port_or_order_is_named():
     moved = one(written(names=["node2", "node1", "node3"]), expect=EXPECT)
     assert "the nodes in another order (rank 0: node2; in the inventory: node1)" in moved["detail"], moved
     assert "rendezvous 10.89.77.11:29500" not in moved["detail"]   # its address is node2's .11 here: same text
+    # the master in place, two others swapped (the inventory reordered): the first rank that differs
+    swapped = one(written(names=["node1", "node3", "node2"]))
+    assert "the nodes in another order (rank 1: node3; in the inventory: node2)" in swapped["detail"], swapped
 
 
 def test_a_hand_edited_hostfile_a_missing_script_and_a_lost_x_bit_fail_together():
