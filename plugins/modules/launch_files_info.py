@@ -51,8 +51,9 @@ options:
     type: str
   fail:
     description:
-      - Fail, with the check's detail and fix as the message, when the check fails (C(provision launch)
-        does, before it starts a job). A warning (no directory) does not fail.
+      - Fail, with the check's detail and fix as the message, when the check fails on files the launchers
+        stage wrote (C(launch.env) is there); C(provision launch) does, before it starts a job. A
+        directory without C(launch.env) (or none) does not fail here; the launcher names the file it misses.
     type: bool
     default: false
 extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.attributes.INFO_MODULE]
@@ -105,7 +106,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import UnsafeFile, confinement
-from ansible_collections.provision.cluster.plugins.module_utils.common.launch import ALWAYS, launch_checks, launch_order
+from ansible_collections.provision.cluster.plugins.module_utils.common.launch import ALWAYS, LAUNCH_ENV, launch_checks, launch_order
 from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
 
 READ_LIMIT = 1 << 20   # a launch file is a few KiB; a larger one is not ours
@@ -190,6 +191,7 @@ def main():
         pw = None
     expect = {"nodes": launch_order(p["nodes"], p["master"]), "master_addr": p["master_addr"], "master_port": p["master_port"],
               "ssh_port": p["ssh_port"]}
+    found = None
     try:
         found = read_launch_dir(path, pw)
     except UnsafeFile as exc:
@@ -199,7 +201,10 @@ def main():
     else:
         checks = launch_checks(node, path, found, expect)
     bad = C.failures(checks)
-    if p["fail"] and bad:
+    # refused: files written for a cluster (launch.env there) that is not this one, or changed since; a
+    # directory without launch.env is not the launchers stage's: the launcher names what it misses itself
+    written = isinstance(found, dict) and isinstance(found.get(LAUNCH_ENV), dict) and "content" in found[LAUNCH_ENV]
+    if p["fail"] and bad and written:
         module.fail_json(msg="%s: %s; fix: %s" % (bad[0]["check"], bad[0]["detail"], bad[0]["fix"]), path=path,
                          checks=checks)
     module.exit_json(changed=False, path=path, checks=checks)
