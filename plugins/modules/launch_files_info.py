@@ -106,7 +106,8 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import UnsafeFile, confinement
-from ansible_collections.provision.cluster.plugins.module_utils.common.launch import ALWAYS, LAUNCH_ENV, launch_checks, launch_order
+from ansible_collections.provision.cluster.plugins.module_utils.common.launch import (
+    ALWAYS, LAUNCH_CHECK, LAUNCH_ENV, launch_checks, launch_order)
 from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
 
 READ_LIMIT = 1 << 20   # a launch file is a few KiB; a larger one is not ours
@@ -183,7 +184,7 @@ def main():
     path, node = p["path"], p["node"]
     if path.startswith("~"):   # type path expanded ~user already: that user does not exist here
         module.exit_json(changed=False, path=path, checks=[C.failed(
-            "launch files", "%s: its user does not exist on this node" % path,
+            LAUNCH_CHECK, "%s: its user does not exist on this node" % path,
             "create the cluster user (ansible-playbook site.yml) or set cluster_user", node=node)])
     try:
         pw = pwd.getpwnam(p["user"]) if p["user"] else None
@@ -196,7 +197,7 @@ def main():
         found = read_launch_dir(path, pw)
     except UnsafeFile as exc:
         detail, _, fix = str(exc).partition("; fix: ")
-        checks = [C.failed("launch files", detail, fix or "make %s a directory of %s, with no link on the way"
+        checks = [C.failed(LAUNCH_CHECK, detail, fix or "make %s a directory of %s, with no link on the way"
                            % (path, p["user"] or "the cluster user"), node=node)]
     else:
         checks = launch_checks(node, path, found, expect)
