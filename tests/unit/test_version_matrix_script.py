@@ -25,9 +25,10 @@ def test_the_verdict_counts_the_cells_that_ran():
     assert matrix.summary_line(True, 8, 0, 219, Path("/l")) == "version matrix: all ok (8 cells run) in 219 s (logs in /l)"
 
 
-def test_the_bounds_cells_come_first_and_always_run_the_versions_between_them_last():
+def test_the_bounds_cells_come_first_the_versions_between_them_last():
     """The oldest's site.yml (the longest cell) starts first; the oldest's and newest's sanity, units and lab
-    and every version's ansible-doc are required; 2.17 and 2.18 come last, under --budget."""
+    and every version's ansible-doc come before 2.17's and 2.18's (--budget, in CI, may leave any out but
+    ansible-doc)."""
     plan = matrix.plan_cells(["2.16", "2.17", "2.18", "2.19"], {"2.16", "2.19"})
     assert plan[0] == ("2.16", "lab", True)
     required = [(v, c) for v, c, req in plan if req]
