@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bounds  # noqa: E402
 import helpers  # noqa: E402
 import snapshots  # noqa: E402
-from helpers import FIXTURES, STRICT, lab_cmd, lab_name, podman_available  # noqa: E402
+from helpers import FIXTURES, RELEASE_LAB_OPTIONS, STRICT, lab_cmd, lab_name, podman_available  # noqa: E402
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` deselected: a unit-test session sees no lab test
@@ -178,6 +180,20 @@ def four_node_lab(lab_factory):
     """A 4-node lab on which site.yml ran green: the bad-node tests (issue 21) and the lifecycle
     tests (issue 24) share it; each test restores what it changed before it ends."""
     return _converged(lab_factory, "four", 4, bounds.SITE_FRESH_4)
+
+
+@pytest.fixture(scope="session")
+def release_lab(lab_factory):
+    """3 bare systemd nodes, one per Debian release, and their package mirror: fresh VMs of each release.
+    test_lab_flavours (which asserts they are fresh) and then test_lab_mirror (which installs packages on
+    them, and whose last test takes the lab down) share one bring-up; molecule's releases scenario starts
+    the same images and mirrors."""
+    t0 = time.monotonic()
+    made = lab_factory(lab_name("rel"), nodes=3, options=RELEASE_LAB_OPTIONS)
+    print(f"3-release bare systemd lab with its mirror up in {time.monotonic() - t0:.1f} s (images and mirror "
+          "included when not cached)")
+    made.status = json.loads(lab_cmd("status", "--json", lab_name=made.name).stdout)
+    return made
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 COLLECTIONS = REPO / "collections"
 LAB_INVENTORY = REPO / "inventory" / "lab"
+# the lab of fresh VMs of each supported Debian release (conftest's release_lab; molecule's releases)
+RELEASES = ["bullseye", "bookworm", "trixie"]
+RELEASE_LAB_OPTIONS = ["--os", ",".join(RELEASES), "--init", "systemd", "--image", "bare"]
 BIN = Path(sys.executable).parent
 
 if str(COLLECTIONS) not in sys.path:

@@ -1,7 +1,8 @@
 """Nodes like users' machines (issue 19): three Debian releases, systemd as PID 1 with sshd on
 port 22, and bare images; what `podman restart` keeps on each kind of node.
 
-One 3-node lab (bullseye, bookworm, trixie; systemd; bare) serves the whole module.
+One 3-node lab (bullseye, bookworm, trixie; systemd; bare) serves the whole module: conftest's
+release_lab, which test_lab_mirror uses next.
 """
 
 from __future__ import annotations
@@ -12,26 +13,20 @@ import time
 
 import pytest
 import bounds
-from helpers import ansible_env, lab_cmd, lab_name, node_exec, tool, REPO
+from helpers import RELEASES, ansible_env, lab_cmd, node_exec, tool, REPO
 
 from provision.lab import wait_booted
 
 pytestmark = pytest.mark.lab
 
-RELEASES = ["bullseye", "bookworm", "trixie"]
 # the OpenSSH each release ships (8.4 has neither sntrup761 nor mlkem768; 10.0 dropped DSA)
 OPENSSH = {"bullseye": "OpenSSH_8.4", "bookworm": "OpenSSH_9.2", "trixie": "OpenSSH_10.0"}
 PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
 
 
 @pytest.fixture(scope="module")
-def lab(lab_factory):
-    t0 = time.monotonic()
-    made = lab_factory(lab_name("flav"), nodes=3, options=["--os", ",".join(RELEASES), "--init", "systemd", "--image", "bare"])
-    print(f"3-release systemd bare lab up in {time.monotonic() - t0:.1f} s (images included when not cached)")
-    made.status = json.loads(lab_cmd("status", "--json", lab_name=made.name).stdout)
-    yield made
-    made.down()
+def lab(release_lab):
+    return release_lab
 
 
 def _banner(lab, from_node: int, address: str, port: int) -> str:

@@ -2,7 +2,8 @@
 the inventory; every package the roles may install installs from it on each release's bare
 node, and nothing in the lab reaches outside.
 
-One 3-node lab (bullseye, bookworm, trixie; systemd; bare: the images test_lab_flavours uses).
+One 3-node lab (bullseye, bookworm, trixie; systemd; bare): conftest's release_lab, which
+test_lab_flavours used before (one bring-up for both).
 """
 
 from __future__ import annotations
@@ -14,25 +15,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import bounds
-from helpers import ansible_env, lab_cmd, lab_name, node_exec, tool, REPO
+from helpers import RELEASE_LAB_OPTIONS as OPTIONS, RELEASES, ansible_env, lab_cmd, node_exec, tool, REPO
 
 from provision.lab import mirror
 
 pytestmark = pytest.mark.lab
 
-RELEASES = ["bullseye", "bookworm", "trixie"]
-OPTIONS = ["--os", ",".join(RELEASES), "--init", "systemd", "--image", "bare"]
 
 
 @pytest.fixture(scope="module")
-def lab(lab_factory):
-    t0 = time.monotonic()
-    made = lab_factory(lab_name("mirror"), nodes=3, options=OPTIONS)
-    print(f"3-release bare lab with its mirror up in {time.monotonic() - t0:.1f} s (images and mirror "
-          "included when not cached)")
-    made.status = json.loads(lab_cmd("status", "--json", lab_name=made.name).stdout)
-    yield made
-    made.down()
+def lab(release_lab):
+    yield release_lab
+    release_lab.down()
 
 
 def _unsafe(value):
