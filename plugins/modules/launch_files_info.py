@@ -105,34 +105,13 @@ import pwd
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.common.files import UnsafeFile, confinement
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import (
+    UnsafeFile, confinement, read_no_follow)
 from ansible_collections.provision.cluster.plugins.module_utils.common.launch import (
     ALWAYS, LAUNCH_CHECK, LAUNCH_ENV, launch_checks, launch_order)
 from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
 
 READ_LIMIT = 1 << 20   # a launch file is a few KiB; a larger one is not ours
-_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
-
-
-def _plain_read(path):
-    """(bytes, stat) of a regular file, (None, None) when missing; a link or another kind raises UnsafeFile."""
-    try:
-        fd = os.open(path, _FLAGS)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        if os.path.islink(path):
-            raise UnsafeFile("%s is a symbolic link (not followed); fix: remove it" % path) from None
-        raise UnsafeFile("cannot read %s: %s" % (path, exc.strerror or exc)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile("%s is not a regular file; fix: remove it" % path)
-        if st.st_size > READ_LIMIT:
-            raise UnsafeFile("%s is %d bytes, not a launch file" % (path, st.st_size))
-        return os.read(fd, READ_LIMIT), st
-    finally:
-        os.close(fd)
 
 
 def read_launch_dir(path, pw, names=ALWAYS):
@@ -152,7 +131,7 @@ def read_launch_dir(path, pw, names=ALWAYS):
     for name in names:
         target = os.path.join(path, name)
         try:
-            data, st = c.read(target, READ_LIMIT) if c is not None else _plain_read(target)
+            data, st = c.read(target, READ_LIMIT) if c is not None else read_no_follow(target, READ_LIMIT)
         except UnsafeFile as exc:
             # the check's own fix (site.yml --tags launchers) replaces the file: the refusal's fix is left out
             found[name] = {"error": str(exc).split("; fix: ")[0]}

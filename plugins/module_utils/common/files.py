@@ -232,6 +232,43 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_C
 CONFINED_READ_LIMIT = 16 << 20
 
 
+def _read_fd(fd, st, shown, limit):
+    """The bytes of an open regular file, at most LIMIT: a larger one (or one that grows while read) raises."""
+    if st.st_size > limit:
+        raise UnsafeFile("%s is %d bytes, more than the %d this module reads; fix: shorten it" % (shown, st.st_size, limit))
+    chunks, size = [], 0
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise UnsafeFile("%s grew beyond %d bytes while read; fix: shorten it" % (shown, limit))
+
+
+def read_no_follow(path, limit=CONFINED_READ_LIMIT):
+    """(bytes, stat) of the regular file PATH, or (None, None) when it does not exist, for a process reading
+    files of its own user: a link at PATH is not followed, a FIFO not waited on (UnsafeFile names either),
+    and no more than LIMIT bytes are read. Root reading another user's files uses Confined.read."""
+    try:
+        fd = os.open(path, _FILE_FLAGS)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFile("%s is a symbolic link (not followed); fix: remove it" % path) from None
+        raise UnsafeFile("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile("%s is not a regular file (a %s); fix: remove it" % (
+                path, "directory" if stat.S_ISDIR(st.st_mode) else "FIFO, socket or device"))
+        return _read_fd(fd, st, path, limit), st
+    finally:
+        os.close(fd)
+
+
 class Confined:
     """Root working inside a directory another user controls, e.g. the training user's home.
 
@@ -406,18 +443,7 @@ class Confined:
                 return None, None
             fd, st = got
             try:
-                if st.st_size > limit:
-                    raise UnsafeFile("%s is %d bytes, more than the %d this module reads; fix: shorten it"
-                                     % (path, st.st_size, limit))
-                chunks = []
-                while True:
-                    chunk = os.read(fd, 1 << 16)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    if sum(len(c) for c in chunks) > limit:
-                        raise UnsafeFile("%s grew beyond %d bytes while read; fix: shorten it" % (path, limit))
-                return b"".join(chunks), st
+                return _read_fd(fd, st, path, limit), st
             finally:
                 os.close(fd)
         finally:

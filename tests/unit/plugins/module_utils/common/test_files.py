@@ -143,3 +143,25 @@ def test_reads(tmp_path):
         files.read_text(str(tmp_path), "", only_missing=True)
     w = files.FileWriter(module(tmp_path))
     assert w.write(str(raw), files.read_text(str(raw))) is False          # undecodable bytes survive a round trip
+
+
+def test_read_no_follow_reads_a_regular_file_and_never_a_link_a_fifo_or_too_much(tmp_path):
+    """A process reading its own user's files (launch_files_info as the owner): the file's bytes and stat;
+    a planted link is refused without reading its target, a FIFO without waiting on it, a file over the
+    limit without reading it into memory; a missing file is (None, None)."""
+    plain = existing(tmp_path, "MASTER_ADDR=node1\n", mode=0o640, name="launch.env")
+    data, st = files.read_no_follow(str(plain))
+    assert data == b"MASTER_ADDR=node1\n" and st.st_mode & 0o777 == 0o640
+    assert files.read_no_follow(str(tmp_path / "absent")) == (None, None)
+    secret = existing(tmp_path, "root:$6$hash\n", mode=0o600, name="shadow")
+    (tmp_path / "hostfile").symlink_to(secret)
+    with pytest.raises(files.UnsafeFile, match=r"hostfile is a symbolic link \(not followed\); fix: remove it$"):
+        files.read_no_follow(str(tmp_path / "hostfile"))
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(files.UnsafeFile, match=r"fifo is not a regular file \(a FIFO, socket or device\)"):
+        files.read_no_follow(str(tmp_path / "fifo"))   # O_NONBLOCK: returns at once, no writer needed
+    with pytest.raises(files.UnsafeFile, match=r"is not a regular file \(a directory\)"):
+        files.read_no_follow(str(tmp_path))
+    big = existing(tmp_path, "x" * 100, name="big")
+    with pytest.raises(files.UnsafeFile, match=r"big is 100 bytes, more than the 64 this module reads"):
+        files.read_no_follow(str(big), limit=64)
