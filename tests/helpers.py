@@ -266,9 +266,20 @@ class CheckVars(dict):
         if name in self:
             return self[name]
         try:
-            return settings.default(name)
+            value = settings.default(name)
         except KeyError:
             return default
+        if isinstance(value, str) and "{{" in value:
+            # templated in this node's variables, as verify's resolver does (an undefined name: the default)
+            import jinja2
+            try:
+                return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(value).render(**self)
+            except jinja2.UndefinedError:
+                return default
+        return value
+
+    def data(self, name, default=None):
+        return self.get(name, default)
 
     def hostvar(self, host, name, default=None):
         return (self.others.get(host) or {}).get(name, default)

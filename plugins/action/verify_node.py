@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils.ssh.landing import landing_checks, landing_from_report
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import (
     BUILD_LOCK,
@@ -57,7 +58,7 @@ class ActionModule(ActionBase):
         raw, reused = {}, []
         if reuse:
             for spec in wanted:
-                found = spec.reuse(ctx) if spec.reuse else None
+                found = K.taken(spec, ctx)
                 if found is not None:
                     raw[spec.name] = found
                     reused.append(spec.name)
@@ -66,9 +67,15 @@ class ActionModule(ActionBase):
         while todo:
             ready = [s for s in todo if all(n in raw or n not in {t.name for t in todo} for n in s.needs)]
             ctx.results = raw
+            for spec in ready:
+                found = spec.derive(ctx) if spec.derive else None
+                if found is not None:  # decided by another check's result at hand: not run
+                    raw[spec.name] = found
+                    reused.append(spec.name)
+            ready = [s for s in ready if s.name not in raw]
             jobs = [(s.name, s.module, s.args(ctx)) for s in ready if s.when is None or s.when(ctx)]
             raw.update(run_modules(self, jobs, task_vars, parallel))
-            todo = [s for s in todo if s not in ready]
+            todo = [s for s in todo if s not in ready and s.name not in raw]
         ctx.results = raw
         records, data = [], {}
         for spec in wanted:
@@ -92,7 +99,7 @@ class ActionModule(ActionBase):
     def _peers(self, ctx, wanted, reuse, task_vars):
         records, ran, reused = [], [], []
         for spec in wanted:
-            found = spec.reuse(ctx) if reuse and spec.reuse else None
+            found = K.taken(spec, ctx) if reuse else None
             if found is None and spec.name == "landing":
                 found = self._landing(ctx, task_vars)
                 ran.append(spec.name)
@@ -103,8 +110,15 @@ class ActionModule(ActionBase):
         return {"changed": False, "checks": records, "ran": ran, "reused": reused}
 
     def _landing(self, ctx, task_vars):
-        """ssh <name> from this node lands in that node: from the mesh check's reports when they prove
-        every pair (no new connection), else with the ssh_landing module on the node."""
+        """ssh <name> from this node lands in that node: from the mesh check's own landing verdict or its
+        reports when they prove every pair (no new connection), else with the ssh_landing module on the node."""
+        own = ctx.var("verify_node_result") or {}
+        mesh = ((own.get("data") or {}).get("mesh") or {})
+        names = ctx.var("node_runtime_landing_names") or ["inventory", "hostname"]
+        landing = mesh.get("landing")  # the mesh check's, over inventory names and hostnames
+        if isinstance(landing, dict) and (landing.get("checks") or [{}])[0].get("status") == C.PASS \
+                and set(names) <= {"inventory", "hostname"}:
+            return landing
         peers, reports = [], {}
         # the ring's nodes (every node with verify_matrix: full); that every other name points at its
         # node's address is the mesh_files check's (~/.ssh/config, /etc/hosts) and nccl's (resolution)
@@ -113,9 +127,7 @@ class ActionModule(ActionBase):
             ident = ((node.get("data") or {}).get("runtime") or {}).get("identity")
             if ident:
                 peers.append(ident)
-        own = ctx.var("verify_node_result") or {}
-        reports = ((own.get("data") or {}).get("mesh") or {}).get("reports") or {}
-        names = ctx.var("node_runtime_landing_names") or ["inventory", "hostname"]
+        reports = mesh.get("reports") or {}
         field = {"inventory": "name", "hostname": "hostname", "address": "address"}
         jobs = [(alias, peer) for peer in peers for alias in dict.fromkeys(peer.get(field[n]) for n in names) if alias]
         pairs = [landing_from_report(alias, peer, reports.get(alias)) for alias, peer in jobs]

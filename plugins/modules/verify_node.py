@@ -41,8 +41,9 @@ options:
     default: node
   reuse:
     description:
-      - Inside C(site.yml), take a check's result from the stage that already ran it in this run, changing
-        nothing (C(sshd_result), C(ssh_mesh_result), ...), instead of running it again.
+      - Inside C(site.yml), take a check's record from the stage that ran it through M(provision.cluster.check)
+        in this run, with the arguments this task would pass, failing nowhere and changing nothing (the
+        node's C(provision_checks) fact), instead of running it again.
     type: bool
     default: false
   in_site:
@@ -99,7 +100,9 @@ ran:
   type: list
   elements: str
 reused:
-  description: The catalog entries taken from a stage's result of this run (O(reuse)).
+  description:
+    - The catalog entries not run here, taken from a stage's record of this run (O(reuse)), or decided by
+      another check's result (no GPU read, the GPU health skips).
   returned: always
   type: list
   elements: str

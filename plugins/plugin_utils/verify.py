@@ -69,6 +69,12 @@ class Variables:
         except AnsibleUndefinedVariable:
             return default
 
+    def data(self, name, default=None):
+        """This host's own variable as it was registered or set (a module's result, a fact holding one),
+        untemplated: data, never a template (hostdata says what templating it would cost)."""
+        value = self.task_vars.get(name)
+        return default if value is None else value
+
     def hostvar(self, host, name, default=None):
         """Another host's variable (templated in its context), or default.
 

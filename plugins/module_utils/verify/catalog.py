@@ -18,6 +18,9 @@ so no default is restated here. Controller-side only (the action plugins and the
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
 from ansible_collections.provision.cluster.plugins.module_utils.ssh.become import become_problem
 from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_plan import DEFAULT_MASTER_PORT, DEFAULT_SSH_PORT, DEFAULTS
@@ -25,7 +28,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.verify import co
 from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health, gpu_health
 from ansible_collections.provision.cluster.plugins.module_utils.ssh import mesh_audit
 from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import (
-    compare_checks, compare_outcome, env_python, normalize, package_names)
+    compare_checks, compare_outcome, env_python, package_names)
 
 
 def env_python_of(var):
@@ -60,9 +63,13 @@ class Context:
         return [{"name": h, "address": addr.get(h, h)} for h in self.hosts]
 
     def rendezvous(self):
-        master = self.plan.get("master") if self.plan.get("master") in self.hosts else self.hosts[0]
-        return {"name": master, "address": (self.plan.get("address_of") or {}).get(master, master),
-                "port": self.master_port()}
+        """The master (rank 0) at its rendezvous address (cluster_master_addr), else the play's first node."""
+        addr = self.plan.get("address_of") or {}
+        master = self.plan.get("master")
+        if master in self.hosts:
+            return {"name": master, "address": self.plan.get("master_addr") or addr.get(master, master),
+                    "port": self.master_port()}
+        return {"name": self.hosts[0], "address": addr.get(self.hosts[0], self.hosts[0]), "port": self.master_port()}
 
     def ssh_port(self):
         return int(self.plan.get("ssh_port") or DEFAULT_SSH_PORT)
@@ -109,7 +116,7 @@ class Spec:
 
     def __init__(self, name, title, summary, module=None, args=None, phase=NODE, group=None, needs=(),
                  reuse=None, adjust=None, keep=None, when=None, stage=None, fix_names_stage=False, cluster=None,
-                 default=True, local=True):
+                 default=True, local=True, stage_keys=(), derive=None):
         self.name = name            # the entry's id; --check NAME for the public ones
         self.title = title          # the check id of a result that carries no check of its own
         self.summary = summary      # --list-checks
@@ -127,6 +134,12 @@ class Spec:
         self.cluster = cluster      # phase cluster: ClusterContext -> (records, extra fields of the document)
         self.default = default      # public: selected when no --check is given
         self.local = local          # runs with the node alone (verify --local): no ssh to peers, no controller
+        # the arguments its stage adds to the check's own when it runs the module through the check action:
+        # what the stage plans or configures with (never one that changes what the check reads or judges)
+        self.stage_keys = frozenset(stage_keys)
+        # Context -> its result without running it, when another check's result of this node at hand
+        # (ctx.results) already decides it (no GPU read: gpu_health's skips), else None
+        self.derive = derive
 
     def records(self, node, result, ctx=None):
         """The Check records of one module result, named for this node."""
@@ -165,17 +178,73 @@ def unchanged(result):
             and not result.get("changed") and not result.get("unreachable"))
 
 
-# ---------------------------------------------------------------- the entries' functions
+# ---------------------------------------------------------------- a stage's call, standing in for verify's
+# A stage runs its check through the check action (plugins/action/check.py): the module of the entry, with
+# the arguments args(ctx) builds here, plus the stage's own (stage_keys). The action keeps what verify needs
+# of that call in the node's `provision_checks` fact, keyed by the entry's name (record()). site.yml's
+# verify pass takes a record instead of running the check again under one rule (stand_in()): made in this
+# run, with the arguments verify would pass now, by a call that failed nowhere and changed nothing. A stage
+# that changes what a check reads after calling it calls it again (the last call of a run is the record).
 
-def _reuse_checks(var, extra=None):
-    """Reuse `<role>_result.checks` when the stage changed nothing (and extra(result, ctx) agrees)."""
-    def reuse(ctx):
-        r = ctx.var(var)
-        if unchanged(r) and r.get("checks") and (extra is None or extra(r, ctx)):
-            return r
+RECORDS = "provision_checks"
+# the arguments of a check's own that its stage may set otherwise: how the call runs (a bound, what it
+# writes, whether a failed check stops the task), never what it reads or how it judges
+HOW = frozenset(("timeout", "manage_limits", "manage_shm", "require_torch", "fail_on_error"))
+
+
+def fingerprint(args):
+    """One string for a check's arguments: equal when verify would pass the same (order-blind)."""
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def record(spec, run, args, result):
+    """What the check action keeps of one call of `spec`'s module (the node's provision_checks[spec.name])."""
+    result = result if isinstance(result, dict) else {}
+    checks = [c for c in result.get("checks") or [] if isinstance(c, dict)]
+    ok = bool(checks) and not any(result.get(k) for k in ("failed", "changed", "skipped", "unreachable"))
+    out = {"run": run, "args": fingerprint(args), "ok": ok}
+    if ok:
+        out["checks"] = checks
+        if spec.keep:
+            out["keep"] = spec.keep(result)
+        facts = {k: v for k, v in (result.get("ansible_facts") or {}).items() if k in HOST_FACTS}
+        if facts:
+            out["facts"] = facts
+    return out
+
+
+def stand_in(spec, ctx):
+    """The stage's record of this check that site.yml's verify pass takes instead of running it, or None:
+    a record of this run (cluster_plan.run), made with the arguments verify would pass now, by a call that
+    failed nowhere and changed nothing."""
+    run = ctx.plan.get("run")
+    found = (ctx.var.data(RECORDS) or {}).get(spec.name) if run else None
+    if not (isinstance(found, dict) and found.get("ok") and found.get("run") == run):
         return None
-    return reuse
+    if spec.args is None or found.get("args") != fingerprint(spec.args(ctx)):
+        return None
+    out = {"checks": found.get("checks") or []}
+    out.update(found.get("keep") or {})
+    if found.get("facts"):
+        out["ansible_facts"] = found["facts"]
+    return out
 
+
+def taken(spec, ctx):
+    """What site.yml's verify pass takes instead of running the entry: its stage's record (stand_in), else
+    the entry's reuse function (the checks whose stage does not run them through the check action yet)."""
+    found = stand_in(spec, ctx)
+    if found is None and spec.reuse is not None:
+        found = spec.reuse(ctx)
+    return found
+
+
+# the facts of a check module that stay on the host (the smoke test reads the hardware the health modules saw)
+HOST_FACTS = ("gpu_health", "fabric_health")
+
+
+# ---------------------------------------------------------------- the entries' functions
 
 INIT_SYSTEMS = ("systemd", "init", "openrc-init", "runit", "s6-svscan")
 
@@ -204,112 +273,60 @@ def _reuse_final(var):
     return reuse
 
 
-def _reuse_pdsh(ctx):
-    r = ctx.var("pdsh_result")
-    if not unchanged(r) or not r.get("found"):
-        return None
-    if r.get("checks"):
-        return r
-    # an unchanged re-run (the SSH fabric unchanged) runs pdsh from the first node only: this node's
-    # unchanged files stand proven by that run
-    fabric_changed = (ctx.var("ssh_mesh_result") or {}).get("fabric_changed", True)
-    first = ctx.var.hostvar(ctx.hosts[0], "pdsh_result") or {}
-    if not fabric_changed and r.get("checked") is False and any(
-            c.get("status") == C.PASS for c in first.get("checks") or []):
-        return {"checks": []}
-    return None
-
-
-def _reuse_nccl(ctx):
-    r = ctx.var("nccl_net_result")
-    return r if unchanged(r) and r.get("checks") and r.get("probed") else None
-
-
 def _versions_packages(ctx):
     """The packages the versions check reports and compares: python_env's pinned extras, then verify_packages."""
     return package_names(ctx.var("python_env_extra_packages"), ctx.var("verify_packages"))
-
-
-def _reuse_versions(ctx):
-    """The stage's record, when it read every package this check asks for (verify_packages may ask for more)."""
-    r = ctx.var("python_env_result")
-    if not (unchanged(r) and r.get("versions") and r.get("checks")):
-        return None
-    read = {normalize(n) for n in (r["versions"].get("packages") or {})}
-    return r if all(normalize(n) in read for n in _versions_packages(ctx)) else None
 
 
 def _facts(result, name):
     return ((result or {}).get("ansible_facts") or {}).get(name) or {}
 
 
-def _reuse_gcc(ctx):
-    """The stage's plan reading, when nothing was missing and the GCC met the minimum (nothing installed)."""
-    r = ctx.var("gcc_toolchain_result")
-    if unchanged(r) and r.get("checks") and not (r.get("plan") or {}).get("missing", ["?"]) \
-            and _facts(r, "gcc_toolchain_facts").get("meets_min"):
-        return r
-    return None
-
-
-def _reuse_gpu(ctx):
-    """The stage's reading, when it installed no toolkit."""
-    r = ctx.var("cuda_toolkit_result")
-    if unchanged(r) and r.get("checks") and (r.get("plan") or {}).get("action", "") not in ("install", "refuse"):
-        return r
-    return None
+def _bool(value):
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
 
 
 def _dcgm(ctx):
-    """verify_dcgm: dcgmi diag in verify's gpu_health check (provision verify's own, never the stage's)."""
-    return str(ctx.var("verify_dcgm")).lower() in ("1", "true", "yes", "on")
+    """verify_dcgm: dcgmi diag in the gpu_health check."""
+    return _bool(ctx.var("verify_dcgm"))
 
 
-def _reuse_gpu_health(ctx):
-    """The stage's health reading on a GPU node; where the stage read no GPU and none on the PCI bus, the
-    skips gpu_health_info gives there (the stage runs the health module on GPU nodes only)."""
-    r = ctx.var("cuda_toolkit_result")
-    if not unchanged(r) or _dcgm(ctx):
-        return None
-    health = r.get("health")
-    if isinstance(health, dict) and health.get("checks") and not health.get("failed"):
-        return health
-    facts = _facts(r, "gpu_facts")
-    if facts.get("gpu_count") == 0 and facts.get("pci_gpus") == []:
+def _gpu_health_without_gpu(ctx):
+    """Where the gpu check read no GPU and none on the PCI bus: the skips gpu_health_info gives there
+    (both read nvidia-smi and the PCI bus)."""
+    facts = _keep_gpu(ctx.results.get("gpu") or {}).get("gpu") or {}
+    if facts.get("gpu_count") == 0 and facts.get("pci_gpus") == [] and not _dcgm(ctx):
         return {"checks": gpu_health.no_gpu_checks(facts.get("reason") or "no GPU", ctx.host),
                 "gpu_health": {"gpu_count": 0, "driver_version": ""}}
     return None
 
 
-def _reuse_fabric(ctx):
-    """On a node where the nccl_net stage found no RDMA device, the skips fabric_health_info gives there
-    (both read /sys/class/infiniband). A node with RDMA devices is read again: verify's counter interval
-    is its own."""
-    r = ctx.var("nccl_net_result")
-    if unchanged(r) and r.get("rdma") == []:
+def _fabric_without_rdma(ctx):
+    """Where the nccl check found no RDMA device: the skips fabric_health_info gives there (both read
+    /sys/class/infiniband)."""
+    rdma = (ctx.results.get("nccl") or {}).get("rdma")
+    if rdma is not None and len(rdma) == 0:
         return {"checks": fabric_health.skipped_all(fabric_health.NO_DEVICE, ctx.host), "fabric_health": {"ports": []}}
     return None
 
 
-def _reuse_env(ctx):
-    """The shell_env stage ran the env check right after writing the block."""
-    r = (ctx.var("shell_env_result") or {}).get("env_check")
-    return r if isinstance(r, dict) and r.get("checks") else None
+def _ports_args(ctx):
+    """The cluster's ports: the rendezvous port free, the SSH port free or held by sshd (preflight_port_allowed_holders)."""
+    return {"ports": [ctx.ssh_port(), ctx.master_port()], "expect": "free",
+            "allowed_holders": list(ctx.var("preflight_port_allowed_holders") or [])}
 
 
-def _reuse_landing(ctx):
-    r = ctx.var("node_runtime_result") or {}
-    if r.get("landing_checks"):
-        return {"checks": r["landing_checks"]}
-    mesh = (ctx.var("ssh_mesh_result") or {}).get("landing")
-    if isinstance(mesh, dict) and (mesh.get("checks") or [{}])[0].get("status") == C.PASS:
-        return mesh
-    return None
+def _adjust_ports(node, c, ctx):
+    """port N free; the SSH port: free or held by what may hold it."""
+    holders = ctx.var("preflight_port_allowed_holders") if ctx is not None else None
+    if ctx is not None and c["check"] == "port %d" % ctx.ssh_port() and holders:
+        return dict(c, check="%s free or held by %s" % (c["check"], "/".join(holders)))
+    return dict(c, check="%s free" % c["check"])
 
 
 def _runtime_args(ctx):
     return {
-        "cluster_user": ctx.user(),
+        "cluster_user": ctx.var("node_runtime_user") or ctx.user(),
         "limits_source": ctx.var("node_runtime_limits_source"),
         "ssh_host": ctx.host,
         "min_nofile": ctx.var("node_runtime_min_nofile"),
@@ -321,6 +338,7 @@ def _runtime_args(ctx):
         "container": str(ctx.var("node_runtime_container")).lower(),
         "node_id": ctx.host,
         "node_id_file": ctx.var("node_runtime_node_id_file"),
+        "limits_file": ctx.var("node_runtime_limits_file"),
         "cluster_address": (ctx.plan.get("address_of") or {}).get(ctx.host, ctx.host),
         "manage_limits": False,
         "manage_shm": False,
@@ -338,8 +356,19 @@ def _launch_args(ctx):
 
 def _nccl_args(ifname=None):
     def args(ctx):
-        out = {"peers": ctx.nodes(), "self_name": ctx.host, "probe_port": ctx.ssh_port(),
-               "probe_timeout": int(ctx.var("nccl_net_probe_timeout")), "rendezvous": ctx.rendezvous(), "fail_on_error": False}
+        out = {"peers": ctx.nodes(), "self_name": ctx.host,
+               "probe_port": int(ctx.var("nccl_net_probe_port") or ctx.ssh_port()),
+               "probe_timeout": int(ctx.var("nccl_net_probe_timeout")), "fail_on_error": False,
+               # what the nccl_net stage decides the network with, read as it reads it
+               "gloo": _bool(ctx.var("nccl_net_gloo")), "probe": _bool(ctx.var("nccl_net_probe")),
+               "ib_mix_link_layers": _bool(ctx.var("nccl_net_ib_mix_link_layers")),
+               "extra_env": dict(ctx.var("nccl_net_extra_env") or {})}
+        for key in ("ib_hca", "ib_disable", "ib_gid_index"):
+            value = ctx.var("nccl_net_" + key)
+            if value not in (None, ""):
+                out[key] = value
+        if _bool(ctx.var("nccl_net_rendezvous_probe")):
+            out["rendezvous"] = ctx.rendezvous()
         if not ctx.full_matrix():
             # the ring's nodes: each TCP connect to a peer's sshd makes that sshd fork a pre-auth child
             # (about 8 ms of the peer's CPU, measured in the lab), N x N of them across the cluster
@@ -389,8 +418,9 @@ def _mesh_args(ctx):
 
 
 def _pdsh_args(ctx):
-    # the pdsh role's bounds (-e pdsh_connect_timeout=30 for a large cluster reaches both)
-    out = {"hosts": ctx.hosts, "hosts_file": ctx.var("pdsh_hosts_file"), "user": ctx.user(),
+    # the pdsh role's settings (-e pdsh_connect_timeout=30 for a large cluster reaches both)
+    out = {"hosts": list(ctx.var("pdsh_hosts") or ctx.hosts), "hosts_file": ctx.var("pdsh_hosts_file"),
+           "user": ctx.var("pdsh_check_user") or ctx.user(),
            "connect_timeout": int(ctx.var("pdsh_connect_timeout")),
            "command_timeout": int(ctx.var("pdsh_command_timeout")), "node": ctx.host}
     if not ctx.full_matrix():
@@ -416,9 +446,10 @@ def _keep_env(result):
 
 def _keep_nccl(result):
     iface = (result.get("interfaces") or {}).get(result.get("socket_ifname") or "") or result.get("link") or {}
+    rdma = result.get("rdma")
     return {"socket_ifname": result.get("socket_ifname"),
             "link": {k: iface.get(k) for k in ("name", "mtu", "speed", "driver", "virtual")} if iface else {},
-            "kernel": result.get("kernel")}
+            "kernel": result.get("kernel"), "rdma": sorted(rdma) if rdma is not None else None}
 
 
 def _cluster_compare(cc):
@@ -426,13 +457,8 @@ def _cluster_compare(cc):
     versions = cc.values("versions", "versions")
     if not versions:
         return [], {}
-    compare = None
-    if cc.reuse and all("versions" in (cc.reused.get(h) or ()) for h in versions):
-        # the python_env stage compared the very versions of this run
-        compare = (cc.var.hostvar(cc.order[0], "python_env_result") or {}).get("compare")
     compared = [h for h in cc.order if h in versions]
-    if not compare:
-        compare, _msg = compare_outcome(versions, compared, fail=False)
+    compare, _msg = compare_outcome(versions, compared, fail=False)
     return list(compare_checks(compare, compared).values()), {"differing_nodes": list(compare.get("differing_hosts") or [])}
 
 
@@ -499,13 +525,10 @@ CATALOG = [
          module="provision.cluster.port_facts", stage="sshd", fix_names_stage=True,
          args=lambda ctx: {"ports": [ctx.ssh_port()], "expect": "listening",
                            "allowed_holders": ["sshd"]},
-         reuse=_reuse_checks("sshd_result", lambda r, ctx: r.get("found")),
          adjust=_adjust_sshd),
     Spec("ports", "ports free", "rendezvous and cluster ports free or held by the expected process",
          module="provision.cluster.port_facts", stage="preflight",
-         args=lambda ctx: {"ports": [ctx.master_port()], "expect": "free"},
-         reuse=_reuse_checks("preflight_result"),
-         adjust=lambda node, c, ctx: dict(c, check="%s free" % c["check"])),
+         args=_ports_args, adjust=_adjust_ports),
     Spec("mesh", "ssh mesh",
          "SSH logins on a ring (itself, the next node, the node half the ring away; N x N with --full), BatchMode, "
          "real host keys; every pair's keys, known_hosts, ~/.ssh/config and /etc/hosts entries compared with the "
@@ -518,34 +541,41 @@ CATALOG = [
          phase=CLUSTER, group="mesh", needs=("mesh",), stage="ssh_mesh", cluster=_cluster_mesh_files, default=False, local=False),
     Spec("pdsh", "pdsh", "pdsh present, hosts file as the inventory, reaching the ring's nodes (every node with --full); "
          "ssh's own error line and its fix when it does not",
-         module="provision.cluster.pdsh_config", stage="pdsh", args=_pdsh_args, reuse=_reuse_pdsh, local=False),
+         module="provision.cluster.pdsh_config", stage="pdsh", args=_pdsh_args, local=False,
+         stage_keys=("check", "check_if_changed", "expect_hostnames")),
     Spec("env", "env block", "the ~/.bashrc env block above the non-interactive guard; ssh <self> env sees its values",
          module="provision.cluster.shell_env_check",
          stage="shell_env",
-         args=lambda ctx: dict({"user": ctx.user(), "ssh_host": ctx.host},
+         args=lambda ctx: dict({"user": ctx.var("shell_env_user") or ctx.user(), "ssh_host": ctx.host},
                                **({"bashrc": ctx.var("shell_env_bashrc")} if ctx.var("shell_env_bashrc") else {})),
-         reuse=_reuse_env, keep=_keep_env, local=False),
+         keep=_keep_env, local=False),
     Spec("gcc", "gcc", "GCC >= gcc_toolchain_min_version", module="provision.cluster.gcc_facts", stage="gcc_toolchain",
-         args=lambda ctx: {"min_version": str(ctx.var("gcc_toolchain_min_version")), "node": ctx.host},
-         reuse=_reuse_gcc),
+         args=lambda ctx: {"min_version": str(ctx.var("gcc_toolchain_min_version")), "node": ctx.host,
+                           "toolset": ctx.var("gcc_toolchain_toolset"),
+                           "debian_packages": list(ctx.var("gcc_toolchain_debian_packages") or [])},
+         stage_keys=("fail_below",)),
     Spec("gpu", "gpu", "GPUs, driver, the CUDA the driver supports and the toolkit: consistent (skip without GPU)",
          module="provision.cluster.gpu_facts", stage="cuda_toolkit",
-         args=lambda ctx: {"cuda_version": ctx.var("cuda_toolkit_version") or ""},
-         reuse=_reuse_gpu, keep=_keep_gpu),
+         args=lambda ctx: {"cuda_version": ctx.var("cuda_toolkit_version") or "",
+                           "nccl_dirs": list(ctx.var("cuda_toolkit_nccl_dirs") or []),
+                           "timeout": int(ctx.var("cuda_toolkit_smi_timeout"))},
+         keep=_keep_gpu, stage_keys=("source", "runfile", "install_root", "runfile_dir")),
     Spec("versions", "python_env",
          "python / torch / CUDA / NCCL / backends / extras equal across nodes; DeepSpeed ops built for the torch and CUDA installed",
          module="provision.cluster.python_versions", stage="python_env",
          args=lambda ctx: {"python": ctx.python(), "packages": _versions_packages(ctx), "require_torch": False,
                            "timeout": int(ctx.var("verify_versions_timeout")),
-                           # python_env's cache (read-only here): its key changes with any install, removal,
-                           # a replaced torch library or another NVIDIA driver; without it, torch is imported
-                           "cache": ctx.python().rsplit("/", 2)[0] + "/.provision-versions.json"},
-         reuse=_reuse_versions, keep=_keep_versions),
+                           # python_env's cache (python_env_probe_cache; written by the stage, read-only in
+                           # verify): its key changes with any install, removal, a replaced torch library or
+                           # another NVIDIA driver; without it, torch is imported
+                           "cache": (ctx.python().rsplit("/", 2)[0] + "/.provision-versions.json")
+                           if _bool(ctx.var("python_env_probe_cache")) else None},
+         keep=_keep_versions, stage_keys=("require_torch", "timeout")),
     Spec("nccl", "nccl_net",
          "NCCL interface in effect exists, is up and reaches the ring's nodes (every node with --full); IB HCAs active; "
          "node names resolve to their nodes, not to another node or loopback; the master's rendezvous port reachable",
-         module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(), reuse=_reuse_nccl,
-         keep=_keep_nccl),
+         module="provision.cluster.nccl_net_facts", stage="nccl_net", args=_nccl_args(), keep=_keep_nccl,
+         stage_keys=("fail_on_error",)),
     # NCCL gets the interface the env block exports (as non-interactive ssh sees it): when that is not
     # the one the check above used, that interface is checked too
     Spec("nccl_in_effect", "nccl_net", "the NCCL interface the env block exports reaches the ring's nodes (every node with --full)",
@@ -554,10 +584,10 @@ CATALOG = [
          when=_in_effect_differs, adjust=_adjust_in_effect, default=False, local=False),
     Spec("runtime", "node runtime", "/dev/shm, memlock, nofile (and the pam_limits line that lowers them); ssh <name> lands on that node",
          module="provision.cluster.node_runtime", stage="node_runtime", args=_runtime_args,
-         reuse=_reuse_checks("node_runtime_result"), keep=_keep_runtime),
+         keep=_keep_runtime, stage_keys=("manage_limits", "manage_shm", "fail_on_check")),
     Spec("landing", "landing", "ssh <name> from every node lands in that node", module="provision.cluster.ssh_landing",
          stage="node_runtime",
-         phase=PEERS, group="runtime", needs=("runtime",), reuse=_reuse_landing, default=False, local=False),
+         phase=PEERS, group="runtime", needs=("runtime",), default=False, local=False),
     # the files every launcher reads, against the inventory of now: a node added or removed, a master moved
     # since the launchers stage last ran (the directory's absence warns: jobs may start another way)
     Spec("launchers", "launch files", "the launch directory (launchers_dir): hostfiles, launch.env and the launch scripts "
@@ -570,7 +600,7 @@ CATALOG = [
          "GPUs healthy: count (gpu_health_expected_gpus, else the same on every node), ECC, retired pages/remapped rows, "
          "PCIe link below its maximum, NVLink links down or erroring, fault throttling, Xid errors with their meaning, "
          "persistence, MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
-         module="provision.cluster.gpu_health_info", stage="cuda_toolkit", reuse=_reuse_gpu_health,
+         module="provision.cluster.gpu_health_info", stage="cuda_toolkit", derive=_gpu_health_without_gpu,
          args=lambda ctx: {"node": ctx.host, "expected_gpus": int(ctx.var("gpu_health_expected_gpus") or 0),
                            "dcgm_diag": _dcgm(ctx)},
          keep=_keep_gpu_health),
@@ -581,7 +611,7 @@ CATALOG = [
          "InfiniBand/RoCE ports: state and physical state, rate below the port's maximum or the cluster's, error "
          "counters growing between two reads, MTU, one link layer on every node; GPUDirect RDMA prerequisites "
          "(nvidia_peermem, PCIe ACS); RDMA devices and memlock in containers (skip without RDMA)",
-         module="provision.cluster.fabric_health_info", stage="nccl_net", reuse=_reuse_fabric,
+         module="provision.cluster.fabric_health_info", stage="nccl_net", derive=_fabric_without_rdma,
          args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval")),
                            "required_ports": [h for h in str(ctx.var("nccl_net_ib_hca") or "").split(",") if h]},
          keep=_keep_fabric),

@@ -44,7 +44,8 @@ def test_every_entry_with_a_module_builds_its_arguments_from_the_plan_and_role_d
             args = spec.args(c)
             assert isinstance(args, dict) and args, spec.name
     assert K.BY_NAME["sshd"].args(c)["ports"] == [2222]
-    assert K.BY_NAME["ports"].args(c)["ports"] == [29500]
+    # the rendezvous port free, the SSH port free or held by sshd (preflight_port_allowed_holders)
+    assert K.BY_NAME["ports"].args(c) == {"ports": [2222, 29500], "expect": "free", "allowed_holders": ["sshd"]}
     assert K.BY_NAME["runtime"].args(c)["cluster_address"] == "10.0.0.1"
     assert K.BY_NAME["runtime"].args(c)["cluster_user"] == "train"
     assert K.BY_NAME["versions"].args(c)["python"] == "/opt/provision/venv/bin/python"
@@ -125,59 +126,106 @@ def test_the_nccl_interface_from_the_env_block_is_named_so():
 CHECKS = [{"check": "x", "status": "pass", "detail": "ok", "fix": ""}]
 
 
-@pytest.mark.parametrize("name, var, result, reused", [
-    ("sshd", "sshd_result", {"found": True, "changed": False, "checks": CHECKS}, True),
-    ("sshd", "sshd_result", {"found": True, "changed": True, "checks": CHECKS}, False),
-    ("mesh", "ssh_mesh_result", {"changed": True, "checks": CHECKS}, True),    # its check ran after the changes
-    ("mesh", "ssh_mesh_result", {"checks": []}, False),
-    ("gcc", "gcc_toolchain_result", {"checks": CHECKS, "plan": {"missing": []},
-                                     "ansible_facts": {"gcc_toolchain_facts": {"meets_min": True}}}, True),
-    ("gcc", "gcc_toolchain_result", {"checks": CHECKS, "plan": {"missing": ["g++"]},
-                                     "ansible_facts": {"gcc_toolchain_facts": {"meets_min": True}}}, False),
-    ("gpu", "cuda_toolkit_result", {"checks": CHECKS, "plan": {"action": "install"}}, False),
-    ("gpu", "cuda_toolkit_result", {"checks": CHECKS, "plan": {}}, True),
-    ("versions", "python_env_result", {"checks": CHECKS, "versions": {"torch": "2.13.0", "packages": {"numpy": "2.3.5"}}},
-     True),
-    ("versions", "python_env_result", {"checks": CHECKS, "versions": {"torch": "2.13.0"}}, False),  # numpy not read
-    ("versions", "python_env_result", {"checks": CHECKS, "versions": None}, False),
-    ("nccl", "nccl_net_result", {"checks": CHECKS, "probed": False}, False),
-    ("env", "shell_env_result", {"changed": True, "env_check": {"checks": CHECKS}}, True),
-    ("runtime", "node_runtime_result", {"changed": True, "checks": CHECKS}, False),
-    ("ports", "preflight_result", {"checks": CHECKS}, True),
-    # GPU health: the stage's reading on a GPU node; no GPU read and none on the PCI bus stands for the skips
-    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "health": {"checks": CHECKS}}, True),
-    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "health": {"checks": CHECKS, "failed": True}}, False),
-    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {
-        "gpu_count": 0, "reason": "nvidia-smi not found: no NVIDIA driver on this node", "pci_gpus": []}}}, True),
-    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {
-        "gpu_count": 0, "reason": "nvidia-smi not found", "pci_gpus": ["00000000:18:00.0"]}}}, False),
-    ("gpu_health", "cuda_toolkit_result", {"checks": CHECKS, "ansible_facts": {"gpu_facts": {"gpu_count": 0}}}, False),
-    ("fabric", "nccl_net_result", {"checks": CHECKS, "rdma": []}, True),
-    ("fabric", "nccl_net_result", {"checks": CHECKS, "rdma": ["mlx5_0"]}, False),
-    ("fabric", "nccl_net_result", {"checks": CHECKS}, False),
+RUN = "1764673200.000001-42"
+
+
+def stage_ctx(name, result, run=RUN, mine=None, host="n1"):
+    """A node where a stage ran entry NAME through the check action in run RUN (its record), seen by the
+    verify pass of run PLAN.run."""
+    spec = K.BY_NAME[name]
+    c = K.Context(host, dict(PLAN, run=RUN), ["n1", "n2"], Var(mine or {}))
+    rec = K.record(spec, run, spec.args(c), result)
+    return K.Context(host, dict(PLAN, run=RUN), ["n1", "n2"], Var(dict(mine or {}, provision_checks={name: rec})))
+
+
+@pytest.mark.parametrize("result, stands_in", [
+    ({"changed": False, "checks": CHECKS}, True),
+    ({"checks": CHECKS}, True),
+    ({"changed": True, "checks": CHECKS}, False),        # the call changed what it read
+    ({"failed": True, "msg": "boom", "checks": CHECKS}, False),
+    ({"unreachable": True, "msg": "timed out"}, False),
+    ({"skipped": True}, False),
+    ({"changed": False, "checks": []}, False),           # ran no check (pdsh's check: false)
 ])
-def test_which_stage_results_stand_in_for_a_check(name, var, result, reused):
-    assert (K.BY_NAME[name].reuse(ctx({var: result})) is not None) is reused
+def test_a_stage_record_stands_in_when_its_call_failed_nowhere_and_changed_nothing(result, stands_in):
+    for name in ("ports", "gcc", "runtime"):
+        assert (K.stand_in(K.BY_NAME[name], stage_ctx(name, result)) is not None) is stands_in, name
 
 
-def test_the_stages_versions_stand_in_only_when_they_read_every_package_verify_asks_for():
-    record = {"checks": CHECKS, "versions": {"torch": "2.13.0", "packages": {"numpy": "2.3.5"}}}
-    mine = {"python_env_result": record, "python_env_extra_packages": ["numpy==2.3.5"]}
-    assert K.BY_NAME["versions"].reuse(ctx(mine)) is record
-    assert K.BY_NAME["versions"].reuse(ctx(dict(mine, verify_packages=["NumPy"]))) is record
-    assert K.BY_NAME["versions"].reuse(ctx(dict(mine, verify_packages=["deepspeed"]))) is None
+def test_a_record_stands_in_only_in_its_own_run_and_with_the_arguments_verify_passes_now():
+    spec = K.BY_NAME["gcc"]
+    ok = {"checks": CHECKS, "plan": {"missing": []}}
+    assert K.stand_in(spec, stage_ctx("gcc", ok))["checks"] == CHECKS
+    # a record left in the fact cache by an earlier run
+    assert K.stand_in(spec, stage_ctx("gcc", ok, run="1764000000.000000-7")) is None
+    # verify run alone has no run of its stages (and a plan without a run id takes no record)
+    c = stage_ctx("gcc", ok)
+    assert K.stand_in(spec, K.Context("n1", PLAN, c.hosts, c.var)) is None
+    # -e gcc_toolchain_min_version=13 for the verify pass: not the check the stage ran
+    c.var["gcc_toolchain_min_version"] = "13"
+    assert K.stand_in(spec, c) is None
+    # another entry's record never stands in
+    assert K.stand_in(K.BY_NAME["ports"], stage_ctx("gcc", ok)) is None
 
 
-def test_pdsh_checked_from_the_first_node_only_stands_for_the_others():
-    first = {"found": True, "checked": True, "checks": CHECKS}
-    other = {"found": True, "checked": False, "checks": []}
-    unchanged_fabric = {"ssh_mesh_result": {"fabric_changed": False}}
-    assert K.BY_NAME["pdsh"].reuse(ctx(dict(unchanged_fabric, pdsh_result=other), {"n1": {"pdsh_result": first}},
-                                       host="n2")) == {"checks": []}
-    changed_fabric = {"ssh_mesh_result": {"fabric_changed": True}}
-    assert K.BY_NAME["pdsh"].reuse(ctx(dict(changed_fabric, pdsh_result=other), {"n1": {"pdsh_result": first}},
-                                       host="n2")) is None
-    assert K.BY_NAME["pdsh"].reuse(ctx({"pdsh_result": dict(first, found=False)})) is None
+def test_the_versions_record_stands_in_only_for_the_packages_it_read():
+    """Issue 32: python_env recorded numpy; verify asking for more (verify_packages) reads again."""
+    pinned = {"python_env_extra_packages": ["numpy==2.3.5"]}
+    result = {"checks": CHECKS, "ansible_facts": {"python_env_versions": {"torch": "2.13.0", "packages": {"numpy": "2.3.5"}}}}
+    c = stage_ctx("versions", result, mine=pinned)
+    taken = K.stand_in(K.BY_NAME["versions"], c)
+    assert taken["versions"]["packages"] == {"numpy": "2.3.5"}
+    c.var["verify_packages"] = ["NumPy"]      # the same package, another spelling: the same arguments
+    assert K.stand_in(K.BY_NAME["versions"], c) is not None
+    c.var["verify_packages"] = ["deepspeed"]
+    assert K.stand_in(K.BY_NAME["versions"], c) is None
+
+
+def test_a_record_keeps_what_the_later_phases_read_and_the_hardware_facts():
+    result = {"checks": CHECKS, "gpu_health": {"gpu_count": 8, "driver_version": "570.1", "gpus": ["..."]},
+              "ansible_facts": {"gpu_health": {"gpu_count": 8}, "other": 1}}
+    rec = K.record(K.BY_NAME["gpu_health"], RUN, {}, result)
+    assert rec["keep"] == {"gpu_health": {"gpu_count": 8, "driver_version": "570.1"}}
+    assert rec["facts"] == {"gpu_health": {"gpu_count": 8}}
+    taken = K.stand_in(K.BY_NAME["gpu_health"], stage_ctx("gpu_health", result))
+    assert K.BY_NAME["gpu_health"].keep(taken) == rec["keep"] and taken["ansible_facts"] == rec["facts"]
+    # a record that does not stand in keeps nothing more than why
+    assert K.record(K.BY_NAME["gpu_health"], RUN, {}, {"changed": True, "checks": CHECKS}) == {
+        "run": RUN, "args": K.fingerprint({}), "ok": False}
+
+
+def test_fingerprints_are_blind_to_key_order_only():
+    assert K.fingerprint({"a": 1, "b": [1, 2]}) == K.fingerprint({"b": [1, 2], "a": 1})
+    assert K.fingerprint({"a": 1, "b": [1, 2]}) != K.fingerprint({"a": 1, "b": [2, 1]})
+    assert K.fingerprint({"a": 1}) != K.fingerprint({"a": "1"})
+
+
+def test_only_the_arguments_an_entry_names_may_come_from_its_stage():
+    """What a stage adds plans or configures (the packages to install, limits to write); never what the
+    check reads or judges, which would make its record another check than verify's."""
+    assert K.BY_NAME["runtime"].stage_keys == {"manage_limits", "manage_shm", "fail_on_check"}
+    assert K.BY_NAME["gcc"].stage_keys == {"fail_below"}
+    for spec in K.CATALOG:
+        if spec.args is not None and spec.stage_keys:
+            c = K.Context("n1", PLAN, ["n1", "n2"], Var({"python_env_path": "/opt/provision/venv",
+                                                         "python_env_backend": "venv", "launchers_dir": "/x"}))
+            own = spec.args(c)
+            # a key that is the check's own may only say how the call runs (its bound, its writes, stopping)
+            assert spec.stage_keys & set(own) <= K.HOW, spec.name
+
+
+@pytest.mark.parametrize("reading, derived", [
+    ({"gpu_count": 0, "reason": "nvidia-smi not found: no NVIDIA driver on this node", "pci_gpus": []}, True),
+    ({"gpu_count": 0, "reason": "nvidia-smi not found", "pci_gpus": ["00000000:18:00.0"]}, False),  # a GPU the driver lost
+    ({"gpu_count": 0}, False),
+    ({"gpu_count": 8, "pci_gpus": ["a"] * 8}, False),
+])
+def test_gpu_health_is_the_skips_where_the_gpu_check_read_no_gpu(reading, derived):
+    c = ctx()
+    c.results = {"gpu": {"checks": CHECKS, "ansible_facts": {"gpu_facts": reading}}}
+    assert (K.BY_NAME["gpu_health"].derive(c) is not None) is derived
+    c.results = {"gpu": K.BY_NAME["gpu"].keep({"checks": CHECKS, "ansible_facts": {"gpu_facts": reading}})}
+    assert (K.BY_NAME["gpu_health"].derive(c) is not None) is derived   # from a record's kept reading too
 
 
 def test_describe_lists_every_public_check_once():
@@ -243,18 +291,25 @@ def test_nccl_probes_the_login_ring_by_default_and_every_node_with_full():
     assert K.BY_NAME["nccl_in_effect"].args(K.Context("n1", plan, hosts, Var({})))["probe_peers"] == ["n2", "n4"]
 
 
-def test_reused_skips_are_the_health_modules_own_records():
-    """Where the stages read no GPU and no RDMA device, the verify pass's records are the ones
-    gpu_health_info and fabric_health_info give on such a node (the same functions build them)."""
+def test_derived_skips_are_the_health_modules_own_records():
+    """Where the gpu check read no GPU and the nccl check no RDMA device, gpu_health and fabric are the
+    records gpu_health_info and fabric_health_info give on such a node (the same functions build them);
+    dcgmi diag (verify_dcgm) is run whatever the reading."""
     from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health, gpu_health
     reason = "nvidia-smi not found: no NVIDIA driver on this node"
-    gpu = K.BY_NAME["gpu_health"].reuse(ctx({"cuda_toolkit_result": {"checks": CHECKS, "ansible_facts": {
-        "gpu_facts": {"gpu_count": 0, "reason": reason, "pci_gpus": []}}}}))
+    c = ctx()
+    c.results = {"gpu": {"checks": CHECKS, "ansible_facts": {"gpu_facts": {"gpu_count": 0, "reason": reason,
+                                                                            "pci_gpus": []}}},
+                 "nccl": K.BY_NAME["nccl"].keep({"checks": CHECKS, "rdma": {}})}
+    gpu = K.BY_NAME["gpu_health"].derive(c)
     assert gpu["checks"] == gpu_health.no_gpu_checks(reason, "n1")
-    assert {c["status"] for c in gpu["checks"]} == {"skip"} and "none on the PCI bus" in gpu["checks"][0]["detail"]
+    assert {x["status"] for x in gpu["checks"]} == {"skip"} and "none on the PCI bus" in gpu["checks"][0]["detail"]
     assert K.BY_NAME["gpu_health"].keep(gpu) == {"gpu_health": {"gpu_count": 0, "driver_version": ""}}
-    assert K.BY_NAME["gpu_health"].reuse(ctx({"verify_dcgm": True, "cuda_toolkit_result": {
-        "checks": CHECKS, "health": {"checks": CHECKS}}})) is None  # dcgmi diag is verify's own
-    fabric = K.BY_NAME["fabric"].reuse(ctx({"nccl_net_result": {"checks": CHECKS, "rdma": []}}))
+    fabric = K.BY_NAME["fabric"].derive(c)
     assert fabric["checks"] == fabric_health.fabric_checks([], node="n1")
-
+    c.results["nccl"] = K.BY_NAME["nccl"].keep({"checks": CHECKS, "rdma": {"mlx5_0": {}}})
+    assert K.BY_NAME["fabric"].derive(c) is None
+    c.results["nccl"] = {"checks": CHECKS}     # a reading that says nothing of RDMA
+    assert K.BY_NAME["fabric"].derive(c) is None
+    c.var["verify_dcgm"] = True
+    assert K.BY_NAME["gpu_health"].derive(c) is None

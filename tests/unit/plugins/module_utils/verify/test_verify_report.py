@@ -97,7 +97,7 @@ def test_verify_playbook_runs_the_selected_checks_and_takes_the_documented_varia
     assert [c["node"] for c in gcc] == ["n1", "n2"]
     assert all(c["status"] == "fail" and c["detail"].endswith("need >= 99") for c in gcc)
     assert gcc[1]["fix"] == "ansible-playbook site.yml --tags gcc_toolchain --limit n2 (gcc_toolchain_min_version=99)"
-    assert {c["check"] for c in doc["checks"]} == {"node reachable", "gcc", "port 29500 free"}
+    assert {c["check"] for c in doc["checks"]} == {"node reachable", "gcc", "port 29500 free", "port 2222 free or held by sshd"}
     rc, doc = run_verify(tmp_path, "-e", '{"verify_select": ["gcc"]}', "-e", "gcc_toolchain_min_version=1")
     assert rc == 0 and doc["ok"] is True
 

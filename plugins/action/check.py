@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright: provision developers
+# Apache License 2.0
+"""provision.cluster.check: a stage runs one check of the catalog, with the arguments verify gives it."""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
+from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
+from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan
+
+
+def _bool(value):
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+
+
+def failed_line(host, records):
+    """One line for the failed checks of a call, as provision verify words them: the node, each failed
+    check with its detail and fix."""
+    return "%s: %s" % (host, "; ".join("%s: %s | fix: %s" % (c["check"], c["detail"], c["fix"])
+                                        for c in records if c["status"] == C.FAIL))
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("check", "extra", "fail"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        spec = K.BY_NAME.get(str(args.get("check") or ""))
+        if spec is None or spec.module is None or spec.args is None or spec.phase != K.NODE:
+            names = sorted(s.name for s in K.CATALOG if s.module and s.args and s.phase == K.NODE)
+            return dict(result, failed=True, msg="check must be one of %s, not %r" % (", ".join(names), args.get("check")))
+        extra = dict(args.get("extra") or {})
+        foreign = sorted(set(extra) - spec.stage_keys)
+        if foreign:
+            return dict(result, failed=True, msg="extra: %s not among the arguments a stage adds to the %s check (%s)"
+                        % (", ".join(foreign), spec.name, ", ".join(sorted(spec.stage_keys)) or "none"))
+        var = Variables(task_vars, self._templar, self._loader)
+        host = task_vars["inventory_hostname"]
+        hosts = list(task_vars.get("ansible_play_hosts_all") or [host])
+        ctx = K.Context(host, cluster_plan(var, hosts), hosts, var)
+        check_args = spec.args(ctx)
+        judged = sorted((set(extra) & set(check_args)) - K.HOW)
+        if judged:
+            return dict(result, failed=True, msg="extra: %s would change what the %s check reads or judges"
+                        % (", ".join(judged), spec.name))
+        res = self._execute_module(module_name=spec.module, module_args=dict(check_args, **extra),
+                                   task_vars=task_vars, wrap_async=False)
+        if res.get("unreachable"):
+            return dict(result, **res)
+        kept = {k: v for k, v in (task_vars.get(K.RECORDS) or {}).items()
+                if isinstance(v, dict) and v.get("run") == ctx.plan.get("run")}
+        kept[spec.name] = K.record(spec, ctx.plan.get("run"), check_args, res)
+        out = dict(result, **res)
+        out["check_module"] = spec.module  # which module ran (the task's action is this plugin's name)
+        out["ansible_facts"] = dict(res.get("ansible_facts") or {}, **{K.RECORDS: kept})
+        if _bool(args.get("fail", False)) and not res.get("failed") and not self._task.check_mode:
+            ctx.results = {spec.name: res}
+            records = spec.records(host, res, ctx)
+            if any(c["status"] == C.FAIL for c in records):
+                out["failed"] = True
+                out["msg"] = failed_line(host, records)
+        return out

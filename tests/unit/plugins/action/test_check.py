@@ -1,0 +1,100 @@
+"""The check action (plugins/action/check.py): a stage runs a catalog check with verify's arguments, and
+its record is what site.yml's verify pass may take (catalog.stand_in)."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import helpers  # (puts collections/ on sys.path)  # noqa: F401
+import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+from ansible_collections.provision.cluster.plugins.action.check import ActionModule
+from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
+
+RUN = "1764673200.000001-42"
+PLAN = {"nodes": [{"name": "n1", "address": "10.0.0.1"}, {"name": "n2", "address": "10.0.0.2"}],
+        "hosts": ["n1", "n2"], "address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1",
+        "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222, "user": "train", "run": RUN}
+PASS = [{"check": "gcc", "status": "pass", "detail": "GCC 12.2.0 at /usr/bin/gcc >= 9", "fix": ""}]
+FAIL = [{"check": "gcc", "status": "fail", "detail": "GCC 8.5.0 at /usr/bin/gcc, need >= 9",
+         "fix": "ansible-playbook site.yml --tags gcc_toolchain --limit n1"}]
+
+
+def run(args, module_result=None, task_vars=None, check_mode=False):
+    """-> (the task's result, the module arguments the action passed)."""
+    task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0)
+    loader = DataLoader()
+    variables = dict({"inventory_hostname": "n1", "ansible_play_hosts_all": ["n1", "n2"], "cluster_plan": PLAN},
+                     **(task_vars or {}))
+    action = ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader, variables=variables),
+                          None)
+    calls = []
+
+    def execute(module_name, module_args, task_vars, wrap_async):
+        calls.append((module_name, module_args))
+        return dict(module_result or {"changed": False, "checks": PASS})
+
+    with mock.patch.object(ActionModule, "_execute_module", side_effect=execute):
+        out = action.run(task_vars=variables)
+    return out, calls
+
+
+def test_the_stage_runs_the_module_with_verifys_arguments_and_keeps_a_record_verify_takes():
+    facts = {"gcc_toolchain_facts": {"meets_min": True}}
+    out, calls = run({"check": "gcc", "extra": {"fail_below": True}},
+                     {"changed": False, "checks": PASS, "plan": {"missing": []}, "ansible_facts": facts})
+    ((module, args),) = calls
+    assert module == "provision.cluster.gcc_facts" and out["check_module"] == module
+    ctx = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars({}))
+    assert args == dict(K.BY_NAME["gcc"].args(ctx), fail_below=True)
+    assert not out.get("failed") and out["plan"] == {"missing": []} and out["checks"] == PASS
+    assert out["ansible_facts"]["gcc_toolchain_facts"] == facts["gcc_toolchain_facts"]   # the module's own facts
+    record = out["ansible_facts"][K.RECORDS]["gcc"]
+    assert record["ok"] and record["run"] == RUN and record["checks"] == PASS
+    # what the verify pass of the same run sees: the record stands in for the check
+    later = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars({K.RECORDS: out["ansible_facts"][K.RECORDS]}))
+    assert K.stand_in(K.BY_NAME["gcc"], later) == {"checks": PASS}
+
+
+def test_records_of_earlier_runs_are_dropped_and_this_runs_kept():
+    old = {"gpu": {"run": "1700000000.000000-1", "ok": True, "args": "x", "checks": PASS}}
+    mine = {"ports": {"run": RUN, "ok": True, "args": "y", "checks": PASS}}
+    out, _ = run({"check": "gcc"}, task_vars={K.RECORDS: dict(old, **mine)})
+    assert sorted(out["ansible_facts"][K.RECORDS]) == ["gcc", "ports"]
+
+
+def test_fail_stops_the_task_with_verifys_line_but_not_in_check_mode():
+    out, _ = run({"check": "gcc", "fail": True}, {"changed": False, "checks": FAIL})
+    assert out["failed"] and out["msg"] == (
+        "n1: gcc: GCC 8.5.0 at /usr/bin/gcc, need >= 9 | fix: ansible-playbook site.yml --tags gcc_toolchain --limit n1")
+    assert out["ansible_facts"][K.RECORDS]["gcc"]["ok"]        # a failed check is still what the node is
+    out, _ = run({"check": "gcc", "fail": True}, {"changed": False, "checks": FAIL}, check_mode=True)
+    assert not out.get("failed")
+    out, _ = run({"check": "gcc"}, {"changed": False, "checks": FAIL})
+    assert not out.get("failed")
+
+
+def test_a_module_that_fails_or_changes_leaves_a_record_that_stands_in_for_nothing():
+    out, _ = run({"check": "runtime", "extra": {"manage_limits": True}},
+                 {"changed": True, "checks": PASS, "ansible_facts": {"node_runtime": {"identity": {}}}})
+    assert out["changed"] and out["ansible_facts"][K.RECORDS]["runtime"]["ok"] is False
+    out, _ = run({"check": "gcc"}, {"failed": True, "msg": "boom"})
+    assert out["failed"] and out["msg"] == "boom" and not out["ansible_facts"][K.RECORDS]["gcc"]["ok"]
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"check": "nope"}, "check must be one of"),
+    ({"check": "compare"}, "check must be one of"),                  # computed on the controller: no module
+    ({"check": "gcc", "extra": {"toolset": 11}}, "extra: toolset not among the arguments a stage adds to the gcc check"),
+    ({"check": "ports", "extra": {"ports": [22]}}, "extra: ports not among"),
+])
+def test_what_is_not_a_stages_call_of_a_check_is_refused_before_anything_runs(args, says):
+    out, calls = run(args)
+    assert out["failed"] and says in out["msg"] and calls == []
+
+
+def test_a_stage_key_may_not_change_what_the_check_judges(monkeypatch):
+    monkeypatch.setattr(K.BY_NAME["gcc"], "stage_keys", frozenset(("fail_below", "min_version")))
+    out, calls = run({"check": "gcc", "extra": {"min_version": "1"}})
+    assert out["failed"] and "min_version would change what the gcc check reads or judges" in out["msg"] and not calls
