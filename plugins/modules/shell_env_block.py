@@ -83,20 +83,10 @@ options:
   node:
     description: This node's inventory name, for the messages.
     type: str
-  check_ssh_host:
-    description:
-      - Afterwards, run M(provision.cluster.shell_env_check)'s check (same code) with this ssh host
-        (this node's name), return its result as C(env_check) (not in check mode when something changed).
-    type: str
-  check_timeout:
-    description: ssh timeout of that check, seconds.
-    type: int
-    default: 10
 extends_documentation_fragment: [provision.cluster.attributes]
 attributes:
   check_mode:
     support: full
-    details: The ssh check of O(check_ssh_host) runs only when nothing would change.
   diff_mode:
     support: full
 """
@@ -139,10 +129,6 @@ checks:
   returned: always
   type: list
   elements: dict
-env_check:
-  description: With O(check_ssh_host), the result of the env check (C(expected), C(seen), C(where), C(checks)).
-  returned: when check_ssh_host is set
-  type: dict
 """
 
 import os
@@ -151,10 +137,9 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, UnsafeFile, confinement
 from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import MarkerError
-from ansible_collections.provision.cluster.plugins.module_utils.common import shell_env_check as C
 from ansible_collections.provision.cluster.plugins.module_utils.common.spawn import home_path
 from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import (
-    deepspeed_keys_of, deepspeed_safe, find_guard, lost_exports, place_block, remove_block, render_block, split_block,
+    deepspeed_keys_of, deepspeed_safe, lost_exports, place_block, remove_block, render_block,
     update_deepspeed_env)
 
 
@@ -173,8 +158,6 @@ def main():
             stages=dict(type="list", elements="str"),
             known_stages=dict(type="list", elements="str", default=[]),
             node=dict(type="str"),
-            check_ssh_host=dict(type="str"),
-            check_timeout=dict(type="int", default=10),
         ),
         supports_check_mode=True,
     )
@@ -207,10 +190,6 @@ def main():
                                  "a file %s can write); the link's target is left alone"
                                  % (x, real, str(exc).split("; fix: ", 1)[0], x, p["user"], p["user"]))
         module.fail_json(msg=str(exc))
-    if p["check_ssh_host"] and p["state"] == "present" and not (module.check_mode and result["changed"]):
-        # what a non-interactive `ssh node` gets now (the shell_env_check module's check, same code)
-        result["env_check"] = C.check_env(p["user"], p["bashrc"], p["check_ssh_host"], p["check_timeout"],
-                                          module.get_bin_path, split_block, find_guard)
     module.exit_json(**result)
 
 

@@ -103,9 +103,12 @@ def events(out, step):
 
 
 def last_of(evs, action, status=None):
-    """The last result of a module (by its action name, short or FQCN) in a step's events."""
+    """The last result of a module (by its action name, short or FQCN) in a step's events; a stage that ran
+    it through provision.cluster.check names it in the result's check_module."""
     for ev in reversed(evs):
         act = str(ev.get("action") or "")
+        if act == "check" or act.endswith(".check"):
+            act = str((ev.get("result") or {}).get("check_module") or act)
         if (act == action or act.endswith("." + action)) and (status is None or ev.get("status") in status):
             return ev
     return None
