@@ -108,8 +108,9 @@ class Variables:
 
 
 def cluster_plan(var, hosts):
-    """The cluster_plan fact, else computed here from the inventory (verify runs without preflight)."""
-    plan = var("cluster_plan")
+    """The cluster_plan fact (data set by preflight: read as it is, not templated, which would walk every node
+    of it on every call), else computed here from the inventory (verify runs without preflight)."""
+    plan = var.data("cluster_plan")
     if isinstance(plan, dict) and plan.get("nodes"):
         return plan
     group = var("cluster_group")

@@ -69,3 +69,17 @@ def test_registered_results_are_read_as_they_are_once_per_host():
     assert var.hostvar("n1", "ansible_host") == "10.0.0.1" and RawHostvars.templated == 1
     # plain dicts as hostvars (the benchmarks, the tests' contexts)
     assert Variables({"hostvars": {"n1": {"a": 1}}}, None, None).hostdata("n1", "a") == 1
+
+
+def test_the_cluster_plan_fact_is_read_as_data_never_templated():
+    """Templating the plan walks every node of it: 0.13 s for 4,096 nodes, on every call of the check and
+    verify actions on every node (about ten per node in a site.yml run)."""
+    from ansible_collections.provision.cluster.plugins.plugin_utils.verify import cluster_plan
+
+    class Templar:
+        def template(self, value):
+            raise AssertionError("templated: %r" % (value,))
+
+    plan = {"nodes": [{"name": "n1", "address": "10.0.0.1"}], "hosts": ["n1"], "run": "1-2"}
+    var = Variables({"cluster_plan": plan}, Templar(), None)
+    assert cluster_plan(var, ["n1"]) is plan
