@@ -51,7 +51,7 @@ class ActionModule(ActionBase):
                                    task_vars=task_vars, wrap_async=False)
         if res.get("unreachable"):
             return dict(result, **res)
-        kept = {k: v for k, v in (task_vars.get(K.RECORDS) or {}).items()
+        kept = {k: v for k, v in K.records_of(var.data).items()
                 if isinstance(v, dict) and v.get("run") == ctx.plan.get("run")}
         kept[spec.name] = K.record(spec, ctx.plan.get("run"), check_args, res)
         out = dict(result, **res)

@@ -214,12 +214,18 @@ def record(spec, run, args, result):
     return out
 
 
+def records_of(data):
+    """This node's records (data(name): its own variables as set): the fact, also where facts are not
+    injected as variables (inject_facts_as_vars: false)."""
+    return data(RECORDS) or (data("ansible_facts") or {}).get(RECORDS) or {}
+
+
 def stand_in(spec, ctx):
     """The stage's record of this check that site.yml's verify pass takes instead of running it, or None:
     a record of this run (cluster_plan.run), made with the arguments verify would pass now, by a call that
     failed nowhere and changed nothing."""
     run = ctx.plan.get("run")
-    found = (ctx.var.data(RECORDS) or {}).get(spec.name) if run else None
+    found = records_of(ctx.var.data).get(spec.name) if run else None
     if not (isinstance(found, dict) and found.get("ok") and found.get("run") == run):
         return None
     if spec.args is None or found.get("args") != fingerprint(spec.args(ctx)):

@@ -64,6 +64,15 @@ def test_records_of_earlier_runs_are_dropped_and_this_runs_kept():
     assert sorted(out["ansible_facts"][K.RECORDS]) == ["gcc", "ports"]
 
 
+def test_records_are_found_where_facts_are_not_injected_as_variables():
+    mine = {"ports": {"run": RUN, "ok": True, "args": "y", "checks": PASS}}
+    out, _ = run({"check": "gcc"}, task_vars={"ansible_facts": {K.RECORDS: mine}})
+    records = out["ansible_facts"][K.RECORDS]
+    assert sorted(records) == ["gcc", "ports"]
+    ctx = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars({"ansible_facts": {K.RECORDS: records}}))
+    assert K.stand_in(K.BY_NAME["gcc"], ctx) == {"checks": PASS}
+
+
 def test_fail_stops_the_task_with_verifys_line_but_not_in_check_mode():
     out, _ = run({"check": "gcc", "fail": True}, {"changed": False, "checks": FAIL})
     assert out["failed"] and out["msg"] == (
