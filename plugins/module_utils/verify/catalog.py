@@ -362,7 +362,11 @@ def _launch_args(ctx):
 
 def _nccl_args(ifname=None):
     def args(ctx):
-        out = {"peers": ctx.nodes(), "self_name": ctx.host,
+        # every node of the cluster, not only the play's (site.yml --limit node1 still probes node1's
+        # peers, as verify --limit does): the decision and the probes are about the node's way to them
+        nodes = [{"name": n["name"], "address": n["address"]} for n in ctx.plan.get("nodes") or []
+                 if isinstance(n, dict) and n.get("name")] or ctx.nodes()
+        out = {"peers": nodes, "self_name": ctx.host,
                "probe_port": int(ctx.var("nccl_net_probe_port") or ctx.ssh_port()),
                "probe_timeout": int(ctx.var("nccl_net_probe_timeout")), "fail_on_error": False,
                # what the nccl_net stage decides the network with, read as it reads it
@@ -378,7 +382,8 @@ def _nccl_args(ifname=None):
         if not ctx.full_matrix():
             # the ring's nodes: each TCP connect to a peer's sshd makes that sshd fork a pre-auth child
             # (about 8 ms of the peer's CPU, measured in the lab), N x N of them across the cluster
-            out["probe_peers"] = [h for h in ctx.ring() if h != ctx.host]
+            ring = mesh_audit.ring_targets([n["name"] for n in nodes], ctx.host)
+            out["probe_peers"] = [h for h in ring if h != ctx.host]
         chosen = ifname(ctx) if ifname else ctx.var("nccl_net_socket_ifname")
         if chosen:
             out["socket_ifname"] = chosen

@@ -283,9 +283,13 @@ def test_nccl_probes_the_login_ring_by_default_and_every_node_with_full():
     """Each probe makes the peer's sshd fork a pre-auth child: the ring's nodes by default (a constant
     number per node), every node with verify_matrix: full (provision verify --full)."""
     hosts = ["n1", "n2", "n3", "n4", "n5", "n6"]
-    plan = dict(PLAN, hosts=hosts, address_of={h: "10.0.0.%d" % i for i, h in enumerate(hosts, 1)})
+    plan = dict(PLAN, hosts=hosts, address_of={h: "10.0.0.%d" % i for i, h in enumerate(hosts, 1)},
+                nodes=[{"name": h, "address": "10.0.0.%d" % i, "rank": i - 1} for i, h in enumerate(hosts, 1)])
     ring = K.BY_NAME["nccl"].args(K.Context("n2", plan, hosts, Var({})))
     assert ring["probe_peers"] == ["n3", "n5"] and len(ring["peers"]) == 6
+    # --limit n2 (site.yml or verify): n2's way to its ring's peers, which the play does not hold
+    limited = K.BY_NAME["nccl"].args(K.Context("n2", plan, ["n2"], Var({})))
+    assert limited["probe_peers"] == ["n3", "n5"] and limited["peers"] == ring["peers"]
     full = K.BY_NAME["nccl"].args(K.Context("n2", plan, hosts, Var({"verify_matrix": "full"})))
     assert "probe_peers" not in full
     assert K.BY_NAME["nccl_in_effect"].args(K.Context("n1", plan, hosts, Var({})))["probe_peers"] == ["n2", "n4"]
