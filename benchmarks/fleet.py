@@ -184,8 +184,7 @@ def cluster_context(inp: Inputs) -> K.ClusterContext:
                                 "hostvar": lambda self, host, name, default=None: default})()
     _ = var
     order = [n for n in inp.names if n not in inp.down]
-    return K.ClusterContext(order, {h: inp.data[h] for h in order}, {h: [] for h in order}, var_call, False,
-                            plan=inp.plan)
+    return K.ClusterContext(order, {h: inp.data[h] for h in order}, var_call, plan=inp.plan)
 
 
 def action_run(inp: Inputs):

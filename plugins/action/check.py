@@ -11,9 +11,6 @@ from ansible_collections.provision.cluster.plugins.module_utils.verify import ch
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan
 
 
-def _bool(value):
-    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
-
 
 def failed_line(host, records):
     """One line for the failed checks of a call, as provision verify words them: the node, each failed
@@ -57,7 +54,7 @@ class ActionModule(ActionBase):
         out = dict(result, **res)
         out["check_module"] = spec.module  # which module ran (the task's action is this plugin's name)
         out["ansible_facts"] = dict(res.get("ansible_facts") or {}, **{K.RECORDS: kept})
-        if _bool(args.get("fail", False)) and not res.get("failed") and not self._task.check_mode:
+        if K.as_bool(args.get("fail", False)) and not res.get("failed") and not self._task.check_mode:
             ctx.results = {spec.name: res}
             records = spec.records(host, res, ctx)
             if any(c["status"] == C.FAIL for c in records):

@@ -18,9 +18,6 @@ from ansible_collections.provision.cluster.plugins.plugin_utils.verify import (
 )
 
 
-def _bool(value):
-    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
-
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
@@ -37,8 +34,8 @@ class ActionModule(ActionBase):
         if phase not in (K.NODE, K.PEERS):
             return dict(result, failed=True, msg="phase must be node or peers")
         try:
-            selected, entries = selection(args.get("select"), _bool(args.get("smoke", False)),
-                                          _bool(args.get("in_site", False)), task_vars)
+            selected, entries = selection(args.get("select"), K.as_bool(args.get("smoke", False)),
+                                          K.as_bool(args.get("in_site", False)), task_vars)
         except K.UnknownCheck as exc:
             return dict(result, failed=True, msg=str(exc))
         var = Variables(task_vars, self._templar, self._loader)
@@ -47,7 +44,7 @@ class ActionModule(ActionBase):
         ctx = K.Context(host, cluster_plan(var, hosts), hosts, var)
         wanted = [K.BY_NAME[n] for n in entries if K.BY_NAME[n].phase == phase and K.BY_NAME[n].module]
         shown = set(K.reported(selected))
-        reuse = _bool(args.get("reuse", False))
+        reuse = K.as_bool(args.get("reuse", False))
         parallel = int(args.get("parallel") or 8)
         if phase == K.PEERS:
             return dict(result, **self._peers(ctx, wanted, reuse, task_vars))
@@ -112,7 +109,7 @@ class ActionModule(ActionBase):
     def _landing(self, ctx, task_vars):
         """ssh <name> from this node lands in that node: from the mesh check's own landing verdict or its
         reports when they prove every pair (no new connection), else with the ssh_landing module on the node."""
-        own = ctx.var("verify_node_result") or {}
+        own = ctx.var.data("verify_node_result") or {}  # this node's registered result: data, not a template
         mesh = ((own.get("data") or {}).get("mesh") or {})
         names = ctx.var("node_runtime_landing_names") or ["inventory", "hostname"]
         landing = mesh.get("landing")  # the mesh check's, over inventory names and hostnames

@@ -20,9 +20,6 @@ from ansible_collections.provision.cluster.plugins.module_utils.verify.verify_re
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan, selection
 
 
-def _bool(value):
-    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
-
 
 def _reach(node_result, reach_result):
     """(reachable, why not) from the ping task (skipped inside site.yml) and the checks task."""
@@ -88,7 +85,7 @@ def _inventory_problem(line, order):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("select", "smoke", "reuse", "in_site", "stats", "baseline", "save_baseline",
+    _VALID_ARGS = frozenset(("select", "smoke", "in_site", "stats", "baseline", "save_baseline",
                              "baseline_tolerance", "baseline_link_tolerance"))
 
     def _baseline(self, result, args, master, var):
@@ -119,7 +116,7 @@ class ActionModule(ActionBase):
                                           node=master)]
         elif path and "comparable" not in out:
             out.update(comparable=None, differences=["no baseline saved yet"])
-        if _bool(args.get("save_baseline", False)) and path:
+        if K.as_bool(args.get("save_baseline", False)) and path:
             if result.get("status") == "fail":
                 out["saved"] = False
                 out["not_saved"] = "the run failed: a failing run is no baseline"
@@ -132,23 +129,21 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         try:
-            selected, entries = selection(args.get("select"), _bool(args.get("smoke", False)),
-                                          _bool(args.get("in_site", False)), task_vars)
+            selected, entries = selection(args.get("select"), K.as_bool(args.get("smoke", False)),
+                                          K.as_bool(args.get("in_site", False)), task_vars)
         except K.UnknownCheck as exc:
             return dict(result, failed=True, msg=str(exc))
         var = Variables(task_vars, self._templar, self._loader)
         order = list(task_vars.get("ansible_play_hosts_all") or [])
         plan = cluster_plan(var, order)
         addresses = plan.get("address_of") or {}
-        reuse = _bool(args.get("reuse", False))
 
-        nodes, rows, versions, gpus, data_of, reused_of = {}, {}, {}, {}, {}, {}
+        nodes, rows, versions, gpus, data_of = {}, {}, {}, {}, {}
         for h in order:
             node = var.hostdata(h, "verify_node_result") or {}
             peers = var.hostdata(h, "verify_peers_result") or {}
             reachable, why = _reach(node, var.hostdata(h, "verify_reach"))
             data = data_of[h] = node.get("data") or {}
-            reused_of[h] = node.get("reused") or []
             records = list(node.get("checks") or []) + list(peers.get("checks") or [])
             if reachable and node.get("failed") and not records:
                 records = [C.failed("verify", node.get("msg") or "the checks failed", "see `provision verify -v`", node=h)]
@@ -174,7 +169,7 @@ class ActionModule(ActionBase):
                 nodes[h]["checks"].insert(0, c)
 
         extra = {}
-        cc = K.ClusterContext(order, data_of, reused_of, var, reuse, plan=plan)
+        cc = K.ClusterContext(order, data_of, var, plan=plan)
         for name in entries:
             spec = K.BY_NAME[name]
             if spec.phase != K.CLUSTER or not spec.cluster:
@@ -200,6 +195,6 @@ class ActionModule(ActionBase):
                              allreduce_error=error)
         lines = fail_lines(doc)
         result.update(changed=False, document=doc, fail_lines=lines)
-        if _bool(args.get("stats", True)):
+        if K.as_bool(args.get("stats", True)):
             result["ansible_stats"] = {"data": {"provision_verify": doc}, "per_host": False, "aggregate": False}
         return result

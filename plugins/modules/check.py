@@ -26,8 +26,9 @@ options:
     required: true
   extra:
     description:
-      - Arguments the stage adds to the check's own (for example the packages C(gcc_facts) plans to install).
-        Only those the entry accepts; one that would change what the check reads or judges is refused.
+      - Arguments the stage adds to the check's own (for example C(manage_limits) for the runtime check, the
+        toolkit C(source) C(gpu_facts) plans an install from). Only those the entry accepts (its C(stage_keys));
+        one that would change what the check reads or judges is refused.
     type: dict
     default: {}
   fail:

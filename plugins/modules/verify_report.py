@@ -28,10 +28,6 @@ options:
     description: The all-reduce ran (its result, C(allreduce_smoke_result) of the first node, goes into the document).
     type: bool
     default: false
-  reuse:
-    description: As M(provision.cluster.verify_node)'s O(provision.cluster.verify_node#module:reuse).
-    type: bool
-    default: false
   in_site:
     description: As M(provision.cluster.verify_node)'s O(provision.cluster.verify_node#module:in_site).
     type: bool

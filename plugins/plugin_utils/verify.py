@@ -199,5 +199,5 @@ def selection(names, smoke, in_site, task_vars):
         running = running_stages("all", task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         selected = K.in_stages(selected, running)
     local = task_vars["verify_local"] if "verify_local" in task_vars else default("verify_local")
-    local = str(local).lower() in ("1", "true", "yes", "on")
+    local = K.as_bool(local)
     return selected, K.expand(selected, running, local=local)

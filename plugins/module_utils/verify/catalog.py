@@ -31,6 +31,11 @@ from ansible_collections.provision.cluster.plugins.module_utils.common.python_en
     compare_checks, compare_outcome, env_python, package_names)
 
 
+def as_bool(value):
+    """A setting or task argument as a bool: true, "true", "yes", "on", "1" (any case)."""
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+
+
 def env_python_of(var):
     """The python_env role's interpreter for a node, from its settings (var: the node's variables)."""
     return env_python(var("python_env_backend"), var("python_env_path"), var("python_env_conda_prefix"),
@@ -91,15 +96,13 @@ class Context:
 
 
 class ClusterContext:
-    """What a cluster entry sees: every node's kept data, what was reused, the variables."""
+    """What a cluster entry sees: every node's kept data, the variables."""
 
-    def __init__(self, order, data, reused, var, reuse, plan=None):
+    def __init__(self, order, data, var, plan=None):
         self.order = order        # node names, inventory order
         self.plan = plan if plan is not None else {}  # cluster_plan
         self.data = data          # node -> entry name -> what its keep() kept
-        self.reused = reused      # node -> [entry names taken from a stage result]
         self.var = var            # the controller's variables (var.hostvar(host, name) for a node's)
-        self.reuse = reuse        # inside site.yml: stage results may stand in
 
     def values(self, entry, key):
         """node -> data[node][entry][key], for the nodes that have it (inventory order)."""
@@ -170,12 +173,6 @@ class Spec:
                     c["fix"] or "fix the cause above", self.stage, self.stage, node)
             out.append(c)
         return out
-
-
-def unchanged(result):
-    """A stage's result that describes the final state: it ran, failed nowhere, changed nothing."""
-    return (isinstance(result, dict) and bool(result) and not result.get("skipped") and not result.get("failed")
-            and not result.get("changed") and not result.get("unreachable"))
 
 
 # ---------------------------------------------------------------- a stage's call, standing in for verify's
@@ -288,13 +285,9 @@ def _facts(result, name):
     return ((result or {}).get("ansible_facts") or {}).get(name) or {}
 
 
-def _bool(value):
-    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
-
-
 def _dcgm(ctx):
     """verify_dcgm: dcgmi diag in the gpu_health check."""
-    return _bool(ctx.var("verify_dcgm"))
+    return as_bool(ctx.var("verify_dcgm"))
 
 
 def _gpu_health_without_gpu(ctx):
@@ -370,14 +363,14 @@ def _nccl_args(ifname=None):
                "probe_port": int(ctx.var("nccl_net_probe_port") or ctx.ssh_port()),
                "probe_timeout": int(ctx.var("nccl_net_probe_timeout")), "fail_on_error": False,
                # what the nccl_net stage decides the network with, read as it reads it
-               "gloo": _bool(ctx.var("nccl_net_gloo")), "probe": _bool(ctx.var("nccl_net_probe")),
-               "ib_mix_link_layers": _bool(ctx.var("nccl_net_ib_mix_link_layers")),
+               "gloo": as_bool(ctx.var("nccl_net_gloo")), "probe": as_bool(ctx.var("nccl_net_probe")),
+               "ib_mix_link_layers": as_bool(ctx.var("nccl_net_ib_mix_link_layers")),
                "extra_env": dict(ctx.var("nccl_net_extra_env") or {})}
         for key in ("ib_hca", "ib_disable", "ib_gid_index"):
             value = ctx.var("nccl_net_" + key)
             if value not in (None, ""):
                 out[key] = value
-        if _bool(ctx.var("nccl_net_rendezvous_probe")):
+        if as_bool(ctx.var("nccl_net_rendezvous_probe")):
             out["rendezvous"] = ctx.rendezvous()
         if not ctx.full_matrix():
             # the ring's nodes: each TCP connect to a peer's sshd makes that sshd fork a pre-auth child
@@ -580,7 +573,7 @@ CATALOG = [
                            # verify): its key changes with any install, removal, a replaced torch library or
                            # another NVIDIA driver; without it, torch is imported
                            "cache": (ctx.python().rsplit("/", 2)[0] + "/.provision-versions.json")
-                           if _bool(ctx.var("python_env_probe_cache")) else None},
+                           if as_bool(ctx.var("python_env_probe_cache")) else None},
          keep=_keep_versions, stage_keys=("require_torch", "timeout")),
     Spec("nccl", "nccl_net",
          "NCCL interface in effect exists, is up and reaches the ring's nodes (every node with --full); IB HCAs active; "

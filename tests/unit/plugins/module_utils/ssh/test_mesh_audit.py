@@ -142,13 +142,13 @@ def test_the_file_comparison_runs_once_on_the_controller_for_every_node():
     data = {n: {"mesh": {"summary": files(on=n)}} for n in NAMES}
     data["node3"]["mesh"]["summary"] = files(on="node3", authorized=["node2", "node3"])
     plan = {"address_of": ADDR, "ssh_port": 2222, "user": "root"}
-    cc = K.ClusterContext(NAMES, data, {}, lambda name, default=None: default, False, plan=plan)
+    cc = K.ClusterContext(NAMES, data, lambda name, default=None: default, plan=plan)
     recs, _ = K.BY_NAME["mesh_files"].cluster(cc)
     failed = [(r["node"], r["check"]) for r in recs if r["status"] == "fail"]
     assert failed == [("node3", "authorized_keys on node3")]
     assert len(recs) == 9 and {r["node"] for r in recs} == set(NAMES)
     # inside site.yml the mesh result is the stage's: no summary, nothing to compare
-    cc = K.ClusterContext(NAMES, {n: {"mesh": {"row": []}} for n in NAMES}, {}, None, True, plan=plan)
+    cc = K.ClusterContext(NAMES, {n: {"mesh": {"row": []}} for n in NAMES}, None, plan=plan)
     assert K.BY_NAME["mesh_files"].cluster(cc) == ([], {})
 
 

@@ -272,7 +272,7 @@ def test_consistency_names_the_node_whose_mtu_differs_from_verify_data():
     data = {h: {"nccl": {"link": {"mtu": 1500, "speed": 10000, "driver": "veth"}, "kernel": "6.1.0"},
                 "gpu": {"gpu": {"driver_version": "", "driver_cuda_version": ""}}} for h in ("n1", "n2", "n3")}
     data["n2"]["nccl"]["link"]["mtu"] = 9000
-    cc = K.ClusterContext(["n1", "n2", "n3"], data, {}, Var({}), False)
+    cc = K.ClusterContext(["n1", "n2", "n3"], data, Var({}))
     records, extra = K.BY_NAME["consistency"].cluster(cc)
     by = {c["node"]: c for c in records}
     assert by["n2"]["status"] == "fail" and "MTU of the NCCL interface 9000 while 2 other node(s) have 1500" in by["n2"]["detail"]
