@@ -11,12 +11,11 @@ from ansible_collections.provision.cluster.plugins.module_utils.verify import ch
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan
 
 
-
 def failed_line(host, records):
     """One line for the failed checks of a call, as provision verify words them: the node, each failed
     check with its detail and fix."""
-    return "%s: %s" % (host, "; ".join("%s: %s | fix: %s" % (c["check"], c["detail"], c["fix"])
-                                        for c in records if c["status"] == C.FAIL))
+    failed = ["%s: %s | fix: %s" % (c["check"], c["detail"], c["fix"]) for c in records if c["status"] == C.FAIL]
+    return "%s: %s" % (host, "; ".join(failed))
 
 
 class ActionModule(ActionBase):

@@ -18,7 +18,6 @@ from ansible_collections.provision.cluster.plugins.plugin_utils.verify import (
 )
 
 
-
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("select", "smoke", "phase", "reuse", "in_site", "parallel"))

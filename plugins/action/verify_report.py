@@ -20,7 +20,6 @@ from ansible_collections.provision.cluster.plugins.module_utils.verify.verify_re
 from ansible_collections.provision.cluster.plugins.plugin_utils.verify import Variables, cluster_plan, selection
 
 
-
 def _reach(node_result, reach_result):
     """(reachable, why not) from the ping task (skipped inside site.yml) and the checks task."""
     for res in (reach_result, node_result):

@@ -134,7 +134,7 @@ def read_launch_dir(path, pw, names=ALWAYS):
             data, st = c.read(target, READ_LIMIT) if c is not None else read_no_follow(target, READ_LIMIT)
         except UnsafeFile as exc:
             # the check's own fix (site.yml --tags launchers) replaces the file: the refusal's fix is left out
-            found[name] = {"error": str(exc).split("; fix: ")[0]}
+            found[name] = {"error": str(exc).split("; fix: ", 1)[0]}
             continue
         except OSError as exc:
             found[name] = {"error": "cannot read %s: %s" % (target, exc.strerror or exc)}
@@ -175,7 +175,7 @@ def main():
     try:
         found = read_launch_dir(path, pw)
     except UnsafeFile as exc:
-        detail, _, fix = str(exc).partition("; fix: ")
+        detail, fix = (str(exc).split("; fix: ", 1) + [""])[:2]
         checks = [C.failed(LAUNCH_CHECK, detail, fix or "make %s a directory of %s, with no link on the way"
                            % (path, p["user"] or "the cluster user"), node=node)]
     else:

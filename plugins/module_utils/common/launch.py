@@ -73,7 +73,7 @@ def parse_env(text):
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, value = line.split("=", 1)
         try:
             words = shlex.split(value)
         except ValueError:
@@ -145,8 +145,8 @@ def launch_checks(node, directory, found, expect):
             problems.append("ssh port %s, the inventory's is %s" % (env.get("PROVISION_SSH_PORT", "?"),
                                                                     expect["ssh_port"]))
         if node in listed and env.get("NODE_RANK") != str(listed.index(node)):
-            problems.append("NODE_RANK=%s, %s is rank %d of the nodes listed" % (env.get("NODE_RANK", "?"), node,
-                                                                                   listed.index(node)))
+            problems.append("NODE_RANK=%s, %s is rank %d of the nodes listed"
+                            % (env.get("NODE_RANK", "?"), node, listed.index(node)))
     for name in HOSTFILES:
         entry = found.get(name)
         if not entry or "content" not in entry:
