@@ -15,7 +15,7 @@ import time
 
 import pytest
 import bounds
-from helpers import LAB_INVENTORY, REPO, ansible_env, node_exec, tool
+from helpers import LAB_INVENTORY, REPO, ansible_env, node_exec, run_playbook, tool
 
 pytestmark = pytest.mark.lab
 
@@ -101,6 +101,22 @@ def test_human_output_and_check_selection(lab):
     assert "verify: OK" in proc.stdout
     assert "gcc" not in proc.stdout  # only the selected checks ran
 
+
+
+def test_a_run_limited_to_one_node_keeps_the_cluster_in_the_pdsh_hosts_file(lab):
+    """--limit node2 (a node reinstalled, or the only one verify is asked about) still means the cluster of
+    the inventory: the pdsh stage leaves /etc/pdsh/hosts listing every node, verify checks node2 against it."""
+    before = node_exec(lab.name, 2, "cat /etc/pdsh/hosts").stdout
+    assert before.split() == [f"node{i}" for i in range(1, lab.nodes + 1)], before
+    stage = run_playbook("playbooks/pdsh.yml", lab_name=lab.name, extra_args=["--limit", "node2"])
+    assert stage.rc == 0 and stage.changed == 0, stage
+    assert node_exec(lab.name, 2, "cat /etc/pdsh/hosts").stdout == before
+    rc, doc, _, _ = verify(lab, "--limit", "node2")
+    assert rc == 0, explain(doc)
+    pdsh = [c for c in doc["checks"] if c["check"].startswith("pdsh")]
+    assert pdsh and {c["node"] for c in pdsh} == {"node2"} and all(c["status"] == "pass" for c in pdsh), pdsh
+    # node2's way to the others, which the limited play does not hold (its ring: node2, node1)
+    assert any("node1" in c["detail"] for c in pdsh), pdsh
 
 # Each fault: (id, node to break, break script, restore script, node named, check prefix, fix words).
 # Scripts run as root inside the node (podman exec), as a user breaking their cluster would.

@@ -90,6 +90,15 @@ class Context:
         """The nodes this node logs in to (mesh_audit.ring_targets): all of them with full_matrix()."""
         return mesh_audit.ring_targets(self.hosts, self.host, self.full_matrix())
 
+    def cluster(self):
+        """Every node of the plan (the inventory's cluster group), whatever the run's --limit."""
+        return list(self.plan.get("hosts") or self.hosts)
+
+    def cluster_ring(self):
+        """This node's ring among every node of the plan, not only the play's: a check of the node's way to
+        the others (pdsh, the NCCL probe) run with --limit node2 still reaches node1."""
+        return mesh_audit.ring_targets(self.cluster(), self.host, self.full_matrix())
+
     def python(self):
         """The training environment's interpreter (verify_python, else the python_env role's)."""
         return self.var("verify_python") or env_python_of(self.var)
@@ -348,7 +357,7 @@ def _launch_args(ctx):
     """The launch directory (launchers_dir) and the cluster it must name: every node of the plan (not only
     the play's: verify --limit checks fewer nodes, the files list them all) and the master (rank 0)."""
     return {"path": ctx.var("launchers_dir"), "user": ctx.user(), "node": ctx.host,
-            "nodes": list(ctx.plan.get("hosts") or ctx.hosts), "master": ctx.plan.get("master"),
+            "nodes": ctx.cluster(), "master": ctx.plan.get("master"),
             "master_addr": ctx.plan.get("master_addr") or ctx.rendezvous()["address"],
             "master_port": ctx.master_port(), "ssh_port": ctx.ssh_port()}
 
@@ -375,8 +384,7 @@ def _nccl_args(ifname=None):
         if not ctx.full_matrix():
             # the ring's nodes: each TCP connect to a peer's sshd makes that sshd fork a pre-auth child
             # (about 8 ms of the peer's CPU, measured in the lab), N x N of them across the cluster
-            ring = mesh_audit.ring_targets([n["name"] for n in nodes], ctx.host)
-            out["probe_peers"] = [h for h in ring if h != ctx.host]
+            out["probe_peers"] = [h for h in ctx.cluster_ring() if h != ctx.host]
         chosen = ifname(ctx) if ifname else ctx.var("nccl_net_socket_ifname")
         if chosen:
             out["socket_ifname"] = chosen
@@ -423,12 +431,13 @@ def _mesh_args(ctx):
 
 def _pdsh_args(ctx):
     # the pdsh role's settings (-e pdsh_connect_timeout=30 for a large cluster reaches both)
-    out = {"hosts": list(ctx.var("pdsh_hosts") or ctx.hosts), "hosts_file": ctx.var("pdsh_hosts_file"),
+    out = {"hosts": list(ctx.var("pdsh_hosts") or ctx.cluster()), "hosts_file": ctx.var("pdsh_hosts_file"),
            "user": ctx.var("pdsh_check_user") or ctx.user(),
            "connect_timeout": int(ctx.var("pdsh_connect_timeout")),
            "command_timeout": int(ctx.var("pdsh_command_timeout")), "node": ctx.host}
     if not ctx.full_matrix():
-        out["targets"] = ctx.ring()
+        # the node's ring among the cluster's nodes (verify --limit node2 still proves node2 -> node1)
+        out["targets"] = ctx.cluster_ring()
     return out
 
 

@@ -295,6 +295,23 @@ def test_nccl_probes_the_login_ring_by_default_and_every_node_with_full():
     assert K.BY_NAME["nccl_in_effect"].args(K.Context("n1", plan, hosts, Var({})))["probe_peers"] == ["n2", "n4"]
 
 
+
+def test_pdsh_lists_the_whole_cluster_and_reaches_the_nodes_ring_among_it_whatever_the_limit():
+    """verify --limit n2 (or site.yml --limit n2): the hosts file is the cluster's, not the play's (a limited
+    run would otherwise find, or write, a file of one node), and n2's pdsh reaches its ring's nodes."""
+    hosts = ["n1", "n2", "n3", "n4", "n5", "n6"]
+    plan = dict(PLAN, hosts=hosts)
+    var = {"pdsh_hosts_file": "/etc/pdsh/hosts", "pdsh_connect_timeout": 10, "pdsh_command_timeout": 30}
+    whole = K.BY_NAME["pdsh"].args(K.Context("n2", plan, hosts, Var(var)))
+    limited = K.BY_NAME["pdsh"].args(K.Context("n2", plan, ["n2"], Var(var)))
+    assert whole == limited
+    assert limited["hosts"] == hosts and limited["targets"] == ["n2", "n3", "n5"]
+    full = K.BY_NAME["pdsh"].args(K.Context("n2", plan, ["n2"], Var(dict(var, verify_matrix="full"))))
+    assert "targets" not in full and full["hosts"] == hosts
+    # an inventory that sets pdsh_hosts (another name per node, say) is what the file must list
+    own = K.BY_NAME["pdsh"].args(K.Context("n1", plan, hosts, Var(dict(var, pdsh_hosts=["a", "b"]))))
+    assert own["hosts"] == ["a", "b"]
+
 def test_derived_skips_are_the_health_modules_own_records():
     """Where the gpu check read no GPU and the nccl check no RDMA device, gpu_health and fabric are the
     records gpu_health_info and fabric_health_info give on such a node (the same functions build them);
