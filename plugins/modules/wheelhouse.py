@@ -13,6 +13,10 @@ description:
     (C(.provision-wheelhouse.json)); per set of pins its wheel files, per file its size and sha256.
   - A set of pins already in the manifest with all its files present costs no pip call; files are
     hashed once (size and mtime unchanged means the recorded sha256 still holds).
+  - Two runs filling one wheelhouse at once (two clusters from one controller) take turns: the second
+    waits for the first (a lock file beside the manifest, at most O(timeout) seconds) and finds its work
+    done. A set is recorded only with a wheel of each of its own pins (taken from the directory when pip
+    did not name it); a manifest whose set lacks one is downloaded again.
   - Meant for C(delegate_to=localhost) + C(run_once); the result (RV(by_set)) is what the
     C(wheelhouse_state) module compares on each node.
 version_added: "0.1.0"
@@ -91,14 +95,18 @@ path:
   type: str
 """
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter
 from ansible_collections.provision.cluster.plugins.module_utils.common import python_env as P
+
+LOCK = ".provision-wheelhouse.lock"
 
 
 def main():
@@ -124,11 +132,42 @@ def main():
                                    p["implementation"], p["abi"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    todo = state["todo"]
-    if todo and module.check_mode:
-        module.exit_json(changed=True, downloaded=todo, by_set={}, path=path)
-    if todo:
+    if state["todo"] and module.check_mode:
+        module.exit_json(changed=True, downloaded=state["todo"], by_set={}, path=path)
+    lock = None
+    if state["todo"]:
         os.makedirs(path, exist_ok=True)
+        lock = take_lock(module, path, p["timeout"])
+        # what another run finished while this one waited is not downloaded again
+        state = P.wheelhouse_state(path, p["requirements"], p["platform"], p["python_version"],
+                                   p["implementation"], p["abi"])
+    try:
+        fill(module, path, state)  # exits the module
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def take_lock(module, path, timeout):
+    """The wheelhouse's lock (flock on a file beside the manifest), waited for at most `timeout` s."""
+    handle = open(os.path.join(path, LOCK), "a")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except OSError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                module.fail_json(msg="the wheelhouse %s stayed locked by another run for %ds (fix: let that "
+                                     "run end, or give this cluster another python_env_wheelhouse)" % (path, timeout))
+            time.sleep(0.5)
+
+
+def fill(module, path, state):
+    """Download the sets the manifest lacks, write the manifest, exit."""
+    p = module.params
+    todo = state["todo"]
     links = [lk for lk in p["find_links"] if "://" in lk or os.path.isdir(lk)]
     set_files = {}
     for pins in todo:
@@ -146,7 +185,16 @@ def main():
         files = P.downloaded_files(proc.stdout)
         if not files:
             module.fail_json(msg=f"pip download {' '.join(pins)} reported no wheel", cmd=argv, stdout=proc.stdout)
-        set_files[P.requirement_key(pins)] = files
+        # a pin pip did not name (its file already there, said in a way this pip words otherwise): its
+        # wheel in the directory, else a failure naming it (never a set recorded without it)
+        for spec in P.pins_without_wheel(pins, files):
+            files += [f for f in sorted(os.listdir(path)) if not P.pins_without_wheel([spec], [f])][:1]
+        lacking = P.pins_without_wheel(pins, files)
+        if lacking:
+            module.fail_json(msg=f"pip download {' '.join(pins)} left no wheel of {', '.join(lacking)} in {path} "
+                                 "(fix: the pins, python_env_wheelhouse_find_links or python_env_index_url)",
+                             cmd=argv, stdout=proc.stdout)
+        set_files[P.requirement_key(pins)] = sorted(files)
     if todo:
         state["present"] = set(os.listdir(path))
     new = P.wheelhouse_records(path, state, set_files)

@@ -118,18 +118,38 @@ def downloaded_files(pip_output):
     return sorted({os.path.basename(p) for p in _SAVED.findall(pip_output or "")})
 
 
+def wheel_project(filename):
+    """'torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl' -> ('torch', '2.13.0+cpu') (PEP 427's
+    name-version-[build-]python-abi-platform.whl); (None, None) for anything else."""
+    name = os.path.basename(filename or "")
+    parts = name[:-4].split("-") if name.endswith(".whl") else []
+    return (normalize(parts[0]), parts[1]) if len(parts) >= 5 else (None, None)
+
+
+def pins_without_wheel(pins, files):
+    """The pins (as spelled) that no wheel among `files` meets: pip's report, or a manifest, that lost one."""
+    have = [wheel_project(f) for f in files]
+    out = []
+    for spec in pins:
+        name, version = parse_pin(spec)
+        if not any(n == name and pin_satisfied(v, version) for n, v in have):
+            out.append(spec)
+    return out
+
+
 def platform_key(platform, python_version, implementation, abi):
     return f"{platform} {implementation}{python_version} {abi}"
 
 
 def manifest_sets_missing(manifest, sets, pkey, present):
-    """Requirement sets (lists of pins) the manifest does not cover with files still present."""
+    """Requirement sets (lists of pins) the manifest does not cover with files still present, a wheel of
+    every pin among them (a set recorded without its own pins' wheels is downloaded again)."""
     if manifest.get("platform") != pkey:
         return list(sets)
     missing = []
     for pins in sets:
         files = manifest.get("sets", {}).get(requirement_key(pins))
-        if not files or any(f not in present for f in files):
+        if not files or any(f not in present for f in files) or pins_without_wheel(pins, files):
             missing.append(pins)
     return missing
 

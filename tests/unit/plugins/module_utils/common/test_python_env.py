@@ -63,15 +63,36 @@ def test_downloaded_files_real_pip_output():
     assert len(present) == 11 and all(f.endswith(".whl") for f in present)
 
 
+TORCH = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+NUMPY = "numpy-2.3.5-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+SYMPY = "sympy-1.14.0-py3-none-any.whl"
+
+
 def test_manifest_sets_missing(tmp_path):
     pkey = P.platform_key("manylinux_2_28_x86_64", "3.11", "cp", "cp311")
-    manifest = {"platform": pkey, "sets": {"numpy==2.3.5 torch==2.13.0": ["a.whl", "b.whl"]}}
+    manifest = {"platform": pkey, "sets": {"numpy==2.3.5 torch==2.13.0": [NUMPY, SYMPY, TORCH]}}
     sets = [["torch==2.13.0", "numpy==2.3.5"]]
-    assert P.manifest_sets_missing(manifest, sets, pkey, {"a.whl", "b.whl"}) == []
-    assert P.manifest_sets_missing(manifest, sets, pkey, {"a.whl"}) == sets            # a file went away
-    assert P.manifest_sets_missing(manifest, sets + [["numpy==2.2.6"]], pkey, {"a.whl", "b.whl"}) == [["numpy==2.2.6"]]
+    both = {TORCH, NUMPY, SYMPY}
+    assert P.manifest_sets_missing(manifest, sets, pkey, both) == []
+    assert P.manifest_sets_missing(manifest, sets, pkey, {TORCH, SYMPY}) == sets            # a file went away
+    assert P.manifest_sets_missing(manifest, sets + [["numpy==2.2.6"]], pkey, both) == [["numpy==2.2.6"]]
     other = P.platform_key("manylinux_2_28_aarch64", "3.11", "cp", "cp311")
-    assert P.manifest_sets_missing(manifest, sets, other, {"a.whl", "b.whl"}) == sets  # platform changed
+    assert P.manifest_sets_missing(manifest, sets, other, both) == sets  # platform changed
+
+
+def test_a_set_recorded_without_its_own_pins_wheels_is_downloaded_again():
+    """Seen on this machine: two controllers filled one wheelhouse at once and the manifest kept the set
+    'numpy==2.3.5 torch==2.13.0' with only their dependencies; every later run copied the nodes a
+    wheelhouse without torch and pip failed 'No matching distribution found for torch==2.13.0'."""
+    pkey = P.platform_key("manylinux_2_28_x86_64", "3.11", "cp", "cp311")
+    sets = [["torch==2.13.0", "numpy==2.3.5"]]
+    lost = {"platform": pkey, "sets": {"numpy==2.3.5 torch==2.13.0": [SYMPY]}}
+    assert P.manifest_sets_missing(lost, sets, pkey, {TORCH, NUMPY, SYMPY}) == sets
+    assert P.pins_without_wheel(["torch==2.13.0", "numpy==2.3.5", "typing-extensions==4.16.0"], [SYMPY, NUMPY]) == [
+        "torch==2.13.0", "typing-extensions==4.16.0"]
+    assert P.pins_without_wheel(["Typing_Extensions==4.16.0"], ["typing_extensions-4.16.0-py3-none-any.whl"]) == []
+    assert P.pins_without_wheel(["torch==2.13.0+cu121"], [TORCH]) == ["torch==2.13.0+cu121"]   # another build
+    assert P.wheel_project("not-a-wheel.tar.gz") == (None, None)
 
 
 def test_file_records_hash_once_and_diff(tmp_path):
