@@ -13,7 +13,7 @@ description:
     (C(.provision-wheelhouse.json)); per set of pins its wheel files, per file its size and sha256.
   - A set of pins already in the manifest with all its files present costs no pip call; files are
     hashed once (size and mtime unchanged means the recorded sha256 still holds).
-  - Two runs filling one wheelhouse at once (two clusters from one controller) take turns: the second
+  - Two runs filling one wheelhouse at once (two clusters from one controller) take turns; the second
     waits for the first (a lock file beside the manifest, at most O(timeout) seconds) and finds its work
     done. A set is recorded only with a wheel of each of its own pins (taken from the directory when pip
     did not name it); a manifest whose set lacks one is downloaded again.

@@ -94,7 +94,7 @@ class Context:
         """Every node of the plan (the inventory's cluster group), whatever the run's --limit."""
         return list(self.plan.get("hosts") or self.hosts)
 
-    def cluster_ring(self):
+    def plan_ring(self):
         """This node's ring among every node of the plan, not only the play's: a check of the node's way to
         the others (pdsh, the NCCL probe) run with --limit node2 still reaches node1."""
         return mesh_audit.ring_targets(self.cluster(), self.host, self.full_matrix())
@@ -384,7 +384,7 @@ def _nccl_args(ifname=None):
         if not ctx.full_matrix():
             # the ring's nodes: each TCP connect to a peer's sshd makes that sshd fork a pre-auth child
             # (about 8 ms of the peer's CPU, measured in the lab), N x N of them across the cluster
-            out["probe_peers"] = [h for h in ctx.cluster_ring() if h != ctx.host]
+            out["probe_peers"] = [h for h in ctx.plan_ring() if h != ctx.host]
         chosen = ifname(ctx) if ifname else ctx.var("nccl_net_socket_ifname")
         if chosen:
             out["socket_ifname"] = chosen
@@ -437,7 +437,7 @@ def _pdsh_args(ctx):
            "command_timeout": int(ctx.var("pdsh_command_timeout")), "node": ctx.host}
     if not ctx.full_matrix():
         # the node's ring among the cluster's nodes (verify --limit node2 still proves node2 -> node1)
-        out["targets"] = ctx.cluster_ring()
+        out["targets"] = ctx.plan_ring()
     return out
 
 
