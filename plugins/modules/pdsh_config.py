@@ -52,7 +52,10 @@ options:
     type: bool
     default: false
   expect_hostnames:
-    description: Hostnames that must answer (default O(hosts)).
+    description:
+      - The hostname each node of O(hosts) must answer with, in that order (the ssh_mesh stage reads them).
+      - Without it an inventory name need not be the hostname; only an answer that is another node's name
+        of O(hosts) fails (that name reaches the wrong machine).
     type: list
     elements: str
   user:
@@ -176,11 +179,11 @@ def main():
         except subprocess.TimeoutExpired:
             out, err = "", "pdsh@%s: all: timed out" % socket.gethostname()
         answers, errors, fixes = parse_pdsh_output(out, err)
-        expect = p["expect_hostnames"] or p["hosts"]
+        expect = p["expect_hostnames"] or None
         reached = targets or p["hosts"]
-        if targets:
+        if targets and expect:
             expect = [expect[p["hosts"].index(t)] if p["hosts"].index(t) < len(expect) else t for t in targets]
-        missing = missing_answers(reached, expect, answers, errors)
+        missing = missing_answers(reached, expect, answers, errors, cluster=p["hosts"])
         source = socket.gethostname()
         # pdsh runs ssh: when ssh said why (host key changed, key not authorized, ...), its fix
         ssh_fixes = sorted({fix for cls, fix in fixes.values()})

@@ -41,14 +41,26 @@ def parse_pdsh_output(stdout, stderr):
     return answers, errors, fixes
 
 
-def missing_answers(hosts, expect, answers, errors):
-    """One line per node that did not answer, or answered with another hostname."""
+def missing_answers(hosts, expect, answers, errors, cluster=None):
+    """One line per node that did not answer, or answered with another hostname.
+
+    expect: each node's hostname, in `hosts` order (the ssh_mesh stage read them). None where nobody read
+    them (provision verify, a run limited to some nodes): an inventory name need not be the hostname, so
+    only an answer that is another node's name of `cluster` is the wrong machine."""
     missing = []
+    others = {h.split(".")[0] for h in cluster or hosts}
     for i, host in enumerate(hosts):
-        want = expect[i] if i < len(expect) else host
         got = answers.get(host)
         if got is None:
             missing.append("%s: %s" % (host, errors.get(host) or errors.get("all") or "no answer"))
-        elif got.split(".")[0] != want.split(".")[0]:
+            continue
+        short = got.split(".")[0]
+        if expect is None:
+            if short != host.split(".")[0] and short in others:
+                missing.append("%s: answered %s, another node of the cluster (the name reaches the wrong "
+                               "machine)" % (host, got))
+            continue
+        want = expect[i] if i < len(expect) else host
+        if short != want.split(".")[0]:
             missing.append("%s: answered %s, expected %s" % (host, got, want))
     return missing
