@@ -104,6 +104,12 @@ def test_a_stopped_node_is_named_as_down(lab):
     subprocess.run(["podman", "stop", "-t", "2", f"{lab.name}-node4"], capture_output=True, check=True, timeout=bounds.COMMAND)
     try:
         rc, doc, took = verify(lab)
+        # the way on that site.yml names: --limit '!node4'. The stages that reach other nodes (pdsh, the
+        # NCCL probe) leave node4 out, the files that list the cluster keep it, and verify is green
+        hosts_file = node_exec(lab.name, 1, "cat /etc/pdsh/hosts").stdout
+        on = run_playbook("site.yml", lab_name=lab.name, extra_args=["--tags", "pdsh,nccl_net", "--limit", "!node4"],
+                          timeout=bounds.STAGES)
+        left_rc, left_doc, _ = verify(lab, "--limit", "!node4")
     finally:
         subprocess.run(["podman", "start", f"{lab.name}-node4"], capture_output=True, check=True, timeout=bounds.COMMAND)
         # no init system in this lab flavour: sshd did not come back with the container; the sshd stage does
@@ -119,6 +125,10 @@ def test_a_stopped_node_is_named_as_down(lab):
     assert not [c for c in failed(doc) if c["node"] != "node4" and "node4" not in c["check"] + c["detail"]
                 and address not in c["detail"]], failed(doc)
     print(f"\nverify with node4 stopped: {took:.1f} s")
+    assert on.rc == 0 and on.changed == 0, on
+    assert node_exec(lab.name, 1, "cat /etc/pdsh/hosts").stdout == hosts_file and "node4" in hosts_file
+    assert left_rc == 0, failed(left_doc)
+    assert not [c for c in left_doc["checks"] if c["node"] == "node4"], left_doc["checks"]
 
 
 def test_a_removed_node_loses_access_and_an_added_one_joins(lab, tmp_path):

@@ -94,10 +94,24 @@ class Context:
         """Every node of the plan (the inventory's cluster group), whatever the run's --limit."""
         return list(self.plan.get("hosts") or self.hosts)
 
+    def reached(self):
+        """The nodes a check of this node's way to the others (pdsh, the NCCL probe) may reach: every node
+        of the plan, not only the play's (site.yml or verify --limit node2 still proves node2 -> node1),
+        less the nodes the run leaves out with '!' (--limit '!node2', what site.yml advises for a node
+        that is down: go on without it, so nothing waits for it or fails on it)."""
+        hosts = self.cluster()
+        if "!" in str(self.var("ansible_limit") or ""):
+            play = set(self.hosts)
+            hosts = [h for h in hosts if h in play]
+        return hosts
+
     def plan_ring(self):
-        """This node's ring among every node of the plan, not only the play's: a check of the node's way to
-        the others (pdsh, the NCCL probe) run with --limit node2 still reaches node1."""
-        return mesh_audit.ring_targets(self.cluster(), self.host, self.full_matrix())
+        """This node's ring among reached(); all of them with full_matrix()."""
+        return mesh_audit.ring_targets(self.reached(), self.host, self.full_matrix())
+
+    def left_out(self):
+        """Whether the run leaves nodes of the plan out on purpose (a '!' --limit)."""
+        return len(self.reached()) != len(self.cluster())
 
     def python(self):
         """The training environment's interpreter (verify_python, else the python_env role's)."""
@@ -381,7 +395,7 @@ def _nccl_args(ifname=None):
                 out[key] = value
         if as_bool(ctx.var("nccl_net_rendezvous_probe")):
             out["rendezvous"] = ctx.rendezvous()
-        if not ctx.full_matrix():
+        if not ctx.full_matrix() or ctx.left_out():
             # the ring's nodes: each TCP connect to a peer's sshd makes that sshd fork a pre-auth child
             # (about 8 ms of the peer's CPU, measured in the lab), N x N of them across the cluster
             out["probe_peers"] = [h for h in ctx.plan_ring() if h != ctx.host]
@@ -435,8 +449,9 @@ def _pdsh_args(ctx):
            "user": ctx.var("pdsh_check_user") or ctx.user(),
            "connect_timeout": int(ctx.var("pdsh_connect_timeout")),
            "command_timeout": int(ctx.var("pdsh_command_timeout")), "node": ctx.host}
-    if not ctx.full_matrix():
-        # the node's ring among the cluster's nodes (verify --limit node2 still proves node2 -> node1)
+    if not ctx.full_matrix() or ctx.left_out():
+        # the node's ring among the cluster's nodes (verify --limit node2 still proves node2 -> node1;
+        # --limit '!node2' reaches every node but node2); the file lists them all
         out["targets"] = ctx.plan_ring()
     return out
 

@@ -292,6 +292,13 @@ def test_nccl_probes_the_login_ring_by_default_and_every_node_with_full():
     assert limited["probe_peers"] == ["n3", "n5"] and limited["peers"] == ring["peers"]
     full = K.BY_NAME["nccl"].args(K.Context("n2", plan, hosts, Var({"verify_matrix": "full"})))
     assert "probe_peers" not in full
+    # --limit '!n3': n3 is down and left out; nothing probes it, the decision still counts it as a peer
+    left = [h for h in hosts if h != "n3"]
+    down = K.BY_NAME["nccl"].args(K.Context("n2", plan, left, Var({"ansible_limit": "!n3"})))
+    assert down["probe_peers"] == ["n4", "n5"] and len(down["peers"]) == 6
+    down_full = K.BY_NAME["nccl"].args(K.Context("n2", plan, left, Var({"ansible_limit": "!n3",
+                                                                        "verify_matrix": "full"})))
+    assert down_full["probe_peers"] == ["n1", "n4", "n5", "n6"]
     assert K.BY_NAME["nccl_in_effect"].args(K.Context("n1", plan, hosts, Var({})))["probe_peers"] == ["n2", "n4"]
 
 
@@ -308,6 +315,13 @@ def test_pdsh_lists_the_whole_cluster_and_reaches_the_nodes_ring_among_it_whatev
     assert limited["hosts"] == hosts and limited["targets"] == ["n2", "n3", "n5"]
     full = K.BY_NAME["pdsh"].args(K.Context("n2", plan, ["n2"], Var(dict(var, verify_matrix="full"))))
     assert "targets" not in full and full["hosts"] == hosts
+    # --limit '!n3' (site.yml's advice for a node that is down): no check reaches n3, the file keeps it
+    left = [h for h in hosts if h != "n3"]
+    down = K.BY_NAME["pdsh"].args(K.Context("n2", plan, left, Var(dict(var, ansible_limit="!n3"))))
+    assert down["hosts"] == hosts and down["targets"] == ["n2", "n4", "n5"]
+    down_full = K.BY_NAME["pdsh"].args(K.Context("n2", plan, left, Var(dict(var, ansible_limit="all:!n3",
+                                                                            verify_matrix="full"))))
+    assert down_full["targets"] == left
     # an inventory that sets pdsh_hosts (another name per node, say) is what the file must list
     own = K.BY_NAME["pdsh"].args(K.Context("n1", plan, hosts, Var(dict(var, pdsh_hosts=["a", "b"]))))
     assert own["hosts"] == ["a", "b"]
