@@ -102,7 +102,6 @@ def test_human_output_and_check_selection(lab):
     assert "gcc" not in proc.stdout  # only the selected checks ran
 
 
-
 def test_a_run_limited_to_one_node_keeps_the_cluster_in_the_pdsh_hosts_file(lab):
     """--limit node2 (a node reinstalled, or the only one verify is asked about) still means the cluster of
     the inventory: the pdsh stage leaves /etc/pdsh/hosts listing every node, verify checks node2 against it."""
@@ -117,6 +116,7 @@ def test_a_run_limited_to_one_node_keeps_the_cluster_in_the_pdsh_hosts_file(lab)
     assert pdsh and {c["node"] for c in pdsh} == {"node2"} and all(c["status"] == "pass" for c in pdsh), pdsh
     # node2's way to the others, which the limited play does not hold (its ring: node2, node1)
     assert any("node1" in c["detail"] for c in pdsh), pdsh
+
 
 # Each fault: (id, node to break, break script, restore script, node named, check prefix, fix words).
 # Scripts run as root inside the node (podman exec), as a user breaking their cluster would.

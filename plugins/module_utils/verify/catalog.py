@@ -96,9 +96,9 @@ class Context:
 
     def reached(self):
         """The nodes a check of this node's way to the others (pdsh, the NCCL probe) may reach: every node
-        of the plan, not only the play's (site.yml or verify --limit node2 still proves node2 -> node1),
-        less the nodes the run leaves out with '!' (--limit '!node2', what site.yml advises for a node
-        that is down: go on without it, so nothing waits for it or fails on it)."""
+        of the plan, not only the play's (site.yml or verify --limit node2 still proves node2 -> node1);
+        a limit with a '!' in it (--limit '!node2', what site.yml advises for a node that is down: go on
+        without it, so nothing waits for it or fails on it) keeps the play's nodes only."""
         hosts = self.cluster()
         if "!" in str(self.var("ansible_limit") or ""):
             play = set(self.hosts)
