@@ -20,7 +20,7 @@ def failed_line(host, records):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("check", "extra", "fail"))
+    _VALID_ARGS = frozenset(("check", "extra", "fail", "matrix"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -37,7 +37,10 @@ class ActionModule(ActionBase):
         var = Variables(task_vars, self._templar, self._loader)
         host = task_vars["inventory_hostname"]
         hosts = list(task_vars.get("ansible_play_hosts_all") or [host])
-        ctx = K.Context(host, cluster_plan(var, hosts), hosts, var)
+        matrix = str(args.get("matrix") or "").lower() or None
+        if matrix not in (None, "ring", "full"):
+            return dict(result, failed=True, msg="matrix must be ring or full, not %r" % args.get("matrix"))
+        ctx = K.Context(host, cluster_plan(var, hosts), hosts, var, matrix=matrix)
         check_args = spec.args(ctx)
         judged = sorted((set(extra) & set(check_args)) - K.HOW)
         if judged:

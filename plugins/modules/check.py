@@ -27,10 +27,20 @@ options:
   extra:
     description:
       - Arguments the stage adds to the check's own (for example C(manage_limits) for the runtime check, the
-        toolkit C(source) C(gpu_facts) plans an install from). Only those the entry accepts (its C(stage_keys));
-        one that would change what the check reads or judges is refused.
+        toolkit C(source) C(gpu_facts) plans an install from, the hostnames the ssh_mesh stage read in this run,
+        with which the mesh check also judges who answers). Only those the entry accepts (its C(stage_keys));
+        one that would change an argument verify gives is refused.
     type: dict
     default: {}
+  matrix:
+    description:
+      - How far a check that logs in to other nodes reaches (the mesh, pdsh and NCCL checks) for this call -
+        C(full) (every node) or C(ring) (itself, the next node and the one half the ring away) - instead of the
+        run's C(verify_matrix). The ssh_mesh stage checks N x N after it changed something, a ring otherwise.
+      - The record keeps the arguments it gave, so site.yml's verify pass runs the check again when its own
+        matrix differs.
+    type: str
+    choices: [ring, full]
   fail:
     description: Fail the task, one line naming the node and each failed check with its fix, when a check fails.
     type: bool

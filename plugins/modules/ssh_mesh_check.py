@@ -27,6 +27,13 @@ options:
     type: list
     elements: raw
     required: true
+  hostnames:
+    description:
+      - The hostname each target must answer, by name (the ssh_mesh stage passes those its ssh_identity read in
+        this run); a target given as a dict with C(hostname) says its own. A target without one passes with
+        any answer.
+    type: dict
+    default: {}
   source:
     description: Name of this node in the matrix (default its hostname).
     type: str
@@ -64,8 +71,8 @@ options:
     description:
       - With O(landing), the identities of the nodes (C(node_runtime.identity) facts of an earlier run,
         from the fact cache). The landing check of M(provision.cluster.ssh_landing) is then decided from
-        this row's reports and returned as C(landing) when it covers every peer given (their inventory
-        names and hostnames are all in this row); otherwise C(landing) is null.
+        this row's reports for the peers this row logs in to, and returned as C(landing) when it covers each
+        of them (their inventory names and hostnames are all in this row); otherwise C(landing) is null.
     type: list
     elements: dict
     default: []
@@ -270,6 +277,7 @@ def main():
             retries=dict(type="int", default=1),
             landing=dict(type="bool", default=False),
             landing_peers=dict(type="list", elements="dict", default=[]),
+            hostnames=dict(type="dict", default={}),
             summary=dict(type="bool", default=False),
             block_name=dict(type="str", default="cluster"),
             key_file=dict(type="str", default=".ssh/id_ed25519"),
@@ -283,11 +291,11 @@ def main():
     if p["landing"]:
         p["command"] = LANDING_SCRIPT
     targets = []
+    hostnames = p["hostnames"] or {}
     for node in p["nodes"]:
-        if isinstance(node, dict):
-            targets.append((str(node.get("name")), node.get("hostname") or ""))
-        else:
-            targets.append((str(node), ""))
+        name = str(node.get("name")) if isinstance(node, dict) else str(node)
+        given = node.get("hostname") if isinstance(node, dict) else None
+        targets.append((name, str(given or hostnames.get(name) or "")))
     ssh = module.get_bin_path("ssh", required=True)
     popen_user, error = as_user(p["user"])
     if error:
@@ -297,7 +305,10 @@ def main():
         futures = [pool.submit(run_cell, ssh, name, expect, p, deadline, popen_user) for name, expect in targets]
         row = [f.result() for f in futures]
     reports = {c["target"]: c.pop("report") for c in row if "report" in c}
-    landing = landing_from_reports(p["source"], p["landing_peers"], reports) if p["landing"] else None
+    # the peers of this row (a ring's reports cannot prove the nodes it does not log in to)
+    names = {target[0] for target in targets}
+    peers = [pe for pe in p["landing_peers"] if str(pe.get("name")) in names]
+    landing = landing_from_reports(p["source"], peers, reports) if p["landing"] else None
     failed = [c for c in row if not c["ok"]]
     checks = [{"check": "ssh %s->%s" % (c["source"], c["target"]), "status": "pass" if c["ok"] else "fail",
                "detail": c["detail"], "fix": c["fix"]} for c in row]

@@ -52,12 +52,13 @@ NODE, PEERS, CLUSTER, SMOKE = "node", "peers", "cluster", "smoke"
 class Context:
     """What an entry's functions see for one node."""
 
-    def __init__(self, host, plan, hosts, var, results=None):
+    def __init__(self, host, plan, hosts, var, results=None, matrix=None):
         self.host = host          # inventory name of the node
         self.plan = plan          # cluster_plan
         self.hosts = hosts        # the play's hosts (verify --limit narrows it), inventory order
         self.var = var            # var(name) -> the node's variable, else its role's default, else None
         self.results = results if results is not None else {}   # check name -> module result (this node)
+        self.matrix = matrix      # "full" or "ring": a stage's choice (the check action's matrix), else verify_matrix
 
     def user(self):
         return self.plan.get("user") or DEFAULTS["cluster_user"]
@@ -83,8 +84,9 @@ class Context:
         return int(self.plan.get("master_port") or DEFAULT_MASTER_PORT)
 
     def full_matrix(self):
-        """verify_matrix: full (provision verify --full): every node logs in to every node."""
-        return str(self.var("verify_matrix")).lower() == "full"
+        """verify_matrix: full (provision verify --full): every node logs in to every node (a stage may decide
+        otherwise for its call: the ssh_mesh stage checks N x N after a change, a ring on an unchanged re-run)."""
+        return str(self.matrix or self.var("verify_matrix")).lower() == "full"
 
     def ring(self):
         """The nodes this node logs in to (mesh_audit.ring_targets): all of them with full_matrix()."""
@@ -141,7 +143,7 @@ class Spec:
     """One catalog entry."""
 
     def __init__(self, name, title, summary, module=None, args=None, phase=NODE, group=None, needs=(),
-                 reuse=None, adjust=None, keep=None, when=None, stage=None, fix_names_stage=False, cluster=None,
+                 adjust=None, keep=None, when=None, stage=None, fix_names_stage=False, cluster=None,
                  default=True, local=True, stage_keys=(), derive=None):
         self.name = name            # the entry's id; --check NAME for the public ones
         self.title = title          # the check id of a result that carries no check of its own
@@ -151,7 +153,6 @@ class Spec:
         self.phase = phase
         self.group = group or name  # the --check NAME that runs it and under which it is reported
         self.needs = tuple(needs)   # entries whose results (on this node) it reads: they run first
-        self.reuse = reuse          # Context -> a stage result of this run ({checks, ...}) that stands in, or None
         self.adjust = adjust        # (node, record, Context) -> the record as people read it
         self.keep = keep            # module result -> the data later phases need (small)
         self.when = when            # Context -> run it on this node? (default: always)
@@ -258,12 +259,8 @@ def stand_in(spec, ctx):
 
 
 def taken(spec, ctx):
-    """What site.yml's verify pass takes instead of running the entry: its stage's record (stand_in), else
-    the entry's reuse function (the checks whose stage does not run them through the check action yet)."""
-    found = stand_in(spec, ctx)
-    if found is None and spec.reuse is not None:
-        found = spec.reuse(ctx)
-    return found
+    """What site.yml's verify pass takes instead of running the entry: its stage's record (stand_in())."""
+    return stand_in(spec, ctx)
 
 
 # the facts of a check module that stay on the host (the smoke test reads the hardware the health modules saw)
@@ -289,14 +286,6 @@ def _adjust_sshd(node, c, ctx):
                      "container's command (e.g. sh -c 'ssh-keygen -A; mkdir -p /run/sshd; exec /usr/sbin/sshd -D -p %d')"
                      % (node, port))
     return c
-
-
-def _reuse_final(var):
-    """Reuse `<role>_result.checks` of a check the stage ran after its changes (the final state)."""
-    def reuse(ctx):
-        r = ctx.var(var)
-        return r if isinstance(r, dict) and r.get("checks") and not r.get("failed") else None
-    return reuse
 
 
 def _versions_packages(ctx):
@@ -435,8 +424,8 @@ def _keep_mesh(result):
 
 
 def _mesh_args(ctx):
-    # the ssh_mesh role's bounds (-e ssh_mesh_check_connect_timeout=... reaches both)
-    return {"source": ctx.host, "user": ctx.user(), "nodes": ctx.ring(),
+    # the ssh_mesh role's user and bounds (-e ssh_mesh_check_connect_timeout=... reaches both)
+    return {"source": ctx.host, "user": ctx.var("ssh_mesh_user") or ctx.user(), "nodes": ctx.ring(),
             "connect_timeout": int(ctx.var("ssh_mesh_check_connect_timeout")),
             "timeout": int(ctx.var("ssh_mesh_check_timeout")),
             "landing": True, "summary": True, "block_name": str(ctx.var("ssh_mesh_block_name")),
@@ -561,8 +550,8 @@ CATALOG = [
          "SSH logins on a ring (itself, the next node, the node half the ring away; N x N with --full), BatchMode, "
          "real host keys; every pair's keys, known_hosts, ~/.ssh/config and /etc/hosts entries compared with the "
          "nodes' real keys; ~/.ssh modes sshd accepts",
-         module="provision.cluster.ssh_mesh_check", stage="ssh_mesh", args=_mesh_args,
-         reuse=_reuse_final("ssh_mesh_result"), keep=_keep_mesh, local=False),
+         module="provision.cluster.ssh_mesh_check", stage="ssh_mesh", args=_mesh_args, keep=_keep_mesh, local=False,
+         stage_keys=("hostnames", "landing_peers")),
     # every node's files against every node's real keys (the all-pairs half of the mesh, no login):
     # computed once on the controller from the mesh entry's summaries (verify_report)
     Spec("mesh_files", "ssh files", "every node's key authorized and host keys known on every node (no login)",

@@ -107,3 +107,39 @@ def test_a_stage_key_may_not_change_what_the_check_judges(monkeypatch):
     monkeypatch.setattr(K.BY_NAME["gcc"], "stage_keys", frozenset(("fail_below", "min_version")))
     out, calls = run({"check": "gcc", "extra": {"min_version": "1"}})
     assert out["failed"] and "min_version would change what the gcc check reads or judges" in out["msg"] and not calls
+
+
+MESH_PASS = [{"check": "ssh n1->n1", "status": "pass", "detail": "n1", "fix": ""}]
+PLAN4 = dict(PLAN, hosts=["n1", "n2", "n3", "n4"],
+             nodes=[{"name": "n%d" % i, "address": "10.0.0.%d" % i} for i in range(1, 5)],
+             address_of={"n%d" % i: "10.0.0.%d" % i for i in range(1, 5)})
+
+
+def test_the_ssh_mesh_stage_checks_n_by_n_after_a_change_and_that_record_stands_in_only_for_a_full_verify():
+    play = {"ansible_play_hosts_all": ["n1", "n2", "n3", "n4"], "cluster_plan": PLAN4, "ssh_mesh_block_name": "lab"}
+    extra = {"hostnames": {"n1": "node-a", "n2": "node-b"}, "landing_peers": []}
+    out, calls = run({"check": "mesh", "matrix": "full", "extra": extra}, {"changed": False, "checks": MESH_PASS},
+                     task_vars=play)
+    ((module, args),) = calls
+    assert module == "provision.cluster.ssh_mesh_check"
+    assert args["nodes"] == ["n1", "n2", "n3", "n4"] and args["hostnames"] == extra["hostnames"]
+    records = {K.RECORDS: out["ansible_facts"][K.RECORDS]}
+
+    def verify_pass(matrix):
+        return K.stand_in(K.BY_NAME["mesh"], K.Context("n1", PLAN4, play["ansible_play_hosts_all"],
+                                                        helpers.CheckVars(dict(records, verify_matrix=matrix,
+                                                                               ssh_mesh_block_name="lab",
+                                                                               cluster_plan=PLAN4))))
+    # verify's ring (n1, n2, n3) is not what the stage proved: the pass logs in itself; --full takes the record
+    assert verify_pass("ring") is None and verify_pass("full")["checks"] == MESH_PASS
+    # an unchanged re-run: the stage's ring is verify's
+    out, calls = run({"check": "mesh", "matrix": "ring", "extra": extra}, {"changed": False, "checks": MESH_PASS},
+                     task_vars=play)
+    assert calls[0][1]["nodes"] == ["n1", "n2", "n3"]
+    records = {K.RECORDS: out["ansible_facts"][K.RECORDS]}
+    assert verify_pass("ring")["checks"] == MESH_PASS and verify_pass("full") is None
+
+
+def test_a_matrix_that_is_neither_ring_nor_full_is_refused():
+    out, calls = run({"check": "mesh", "matrix": "half"})
+    assert out["failed"] and "matrix must be ring or full, not 'half'" in out["msg"] and calls == []

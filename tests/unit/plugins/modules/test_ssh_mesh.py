@@ -74,3 +74,20 @@ def test_sshd_keeps_port_22_beside_the_cluster_port_on_a_systemd_host():
     assert S.with_port_lines(drop, [22]) == "#\n# Ansible managed\n#\nPort 2222\nPort 22\nPubkeyAuthentication yes\n"
     assert S.with_port_lines(drop, [2222]) == drop
     assert S.with_port_lines("# x\nUseDNS no\n", [22]) == "# x\nPort 22\nUseDNS no\n"
+
+
+def test_the_mesh_check_judges_who_answers_by_the_hostnames_it_is_given(tmp_path):
+    # an ssh that answers for every target as the machine "answer-of-<target>" (argv: options, target, command)
+    ssh = tmp_path / "ssh"
+    ssh.write_text('#!/bin/sh\nfor a; do prev=$cur; cur=$a; done\necho "answer-of-$prev"\n')
+    ssh.chmod(0o755)
+    args = {"nodes": ["n1", {"name": "n2", "hostname": "answer-of-n2"}, "n3"], "source": "n1",
+            "connect_timeout": 5, "timeout": 20,
+            # the stage's hostnames of this run: n1 is known by its name, n3 reaches another machine
+            "hostnames": {"n1": "answer-of-n1", "n3": "gpu-c03"}}
+    res = helpers.run_module("ssh_mesh_check", args, env={"PATH": "%s:/usr/bin:/bin" % tmp_path})
+    assert res["cells"] == {"n1": "ok", "n2": "ok", "n3": "wrong_host"}, res
+    (bad,) = res["failed_cells"]
+    assert bad["detail"] == "n3 answered as answer-of-n3, expected gpu-c03"
+    res = helpers.run_module("ssh_mesh_check", dict(args, hostnames={}), env={"PATH": "%s:/usr/bin:/bin" % tmp_path})
+    assert res["cells"] == {"n1": "ok", "n2": "ok", "n3": "ok"}     # without a hostname any answer passes
