@@ -160,7 +160,7 @@ reports:
 landing:
   description:
     - With O(landing) and O(landing_peers), the landing check's result (as M(provision.cluster.ssh_landing)
-      returns it) when this row covers every peer; else null.
+      returns it) when this row covers each of the peers it logs in to; else null.
   returned: always
   type: dict
 summary:
@@ -175,6 +175,11 @@ user:
   description: The user ssh ran as (O(user); empty for the module's own user).
   returned: always
   type: str
+hostnames:
+  description: O(hostnames) as given (the pdsh stage expects these hostnames from pdsh).
+  returned: always
+  type: dict
+  sample: {node1: gpu-a01, node2: gpu-a02}
 """
 
 import glob
@@ -347,6 +352,7 @@ def main():
                                      read_text(p["hosts_file"], ""), p["block_name"])
     module.exit_json(changed=False, row=row, cells={c["target"]: "ok" if c["ok"] else c["error"] for c in row},
                      failed_cells=failed, checks=checks, reports=reports, user=p["user"] or "", landing=landing,
+                     hostnames=hostnames,
                      **extra)
 
 
