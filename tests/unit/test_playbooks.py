@@ -16,7 +16,7 @@ STAGES = sorted(p.stem for p in (REPO / "playbooks").glob("*.yml")
                 if p.stem not in ("preflight", "plan", "verify", "identity"))
 # playbooks/identity.yml's plays, first in site.yml, verify.yml and every stage playbook (cached facts
 # belong to one machine)
-IDENTITY = ["Machine identity", "Forget the facts cached for another machine", "Remember each node's identity"]
+IDENTITY = ["Machine identity", "Forget the facts cached for another machine"]
 PLAY = re.compile(r"^\s+play #\d+ \(([^)]*)\): (.*?)\tTAGS", re.M)
 
 
@@ -36,10 +36,10 @@ def list_hosts(playbook: str) -> list[tuple[str, str, int]]:
 
 
 def without_identity(plays):
-    assert [name for _, name, _ in plays[:3]] == IDENTITY, plays
-    # the forget play runs on the first node (its task skipped) when no node is another machine
-    assert [count for _, _, count in plays[:3]] == [2, 1, 2], plays
-    return plays[3:]
+    assert [name for _, name, _ in plays[:2]] == IDENTITY, plays
+    # the forget play runs on the first node (its tasks skipped) when no node is another machine
+    assert [count for _, _, count in plays[:2]] == [2, 1], plays
+    return plays[2:]
 
 
 def test_site_yml_computes_the_plan_once_and_runs_every_stage_on_every_node():
