@@ -104,6 +104,12 @@ options:
     description: Fail (one line per failed check, with its fix) instead of only returning the checks.
     type: bool
     default: false
+  warn_on_check:
+    description:
+      - Also show each check whose status is C(warn) as an Ansible warning (one per check, with its fix), as the
+        node_runtime stage does; the checks are returned either way.
+    type: bool
+    default: false
 notes:
   - Limits written to a pam_limits drop-in apply to new sessions; the module re-measures after writing.
   - Containers cannot raise their hard limits or /dev/shm from inside; the fix names the run options.
@@ -287,6 +293,7 @@ def main():
             node_id_file=dict(type="path", default="/etc/provision/node-id"),
             cluster_address=dict(type="str"),
             fail_on_check=dict(type="bool", default=False),
+            warn_on_check=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -374,9 +381,13 @@ def main():
                   ansible_facts={"node_runtime": facts})
     if module._diff:
         result["diff"] = w.diffs
+    who = (p["node_id"] + ": ") if p["node_id"] else ""
+    if p["warn_on_check"]:
+        for c in checks:
+            if c["status"] == "warn":
+                module.warn("%s%s | %s | fix: %s" % (who, c["check"], c["detail"], c["fix"]))
     failed = [c for c in checks if c["status"] == "fail"]
     if p["fail_on_check"] and failed:
-        who = (p["node_id"] + ": ") if p["node_id"] else ""
         module.fail_json(msg="; ".join("%s%s | fix: %s" % (who, c["detail"], c["fix"]) for c in failed),
                          changed=result["changed"], checks=checks, limits=lim_json)
     module.exit_json(**result)

@@ -81,3 +81,17 @@ def test_manage_shm_remounts_in_a_private_mount_namespace(tmp_path):
     assert lines[-1].strip() == str(256 * 1024 * 1024), proc.stdout
     assert "SUCCESS" in proc.stdout and "CHANGED" not in proc.stdout  # the second run changes nothing
     assert (tmp_path / "fstab").read_text() == "# test fstab\ntmpfs\t/dev/shm\ttmpfs\tdefaults,nosuid,nodev,size=256m\t0\t0\n"
+
+
+def test_warn_on_check_shows_each_warning_check_with_its_fix(tmp_path):
+    # a container's limits it cannot raise itself, under on_container_limit=warn: warnings, not a failure
+    args = ("container=true", "on_container_limit=warn", "shm_min=100t")
+    quiet = _run(tmp_path, *args)
+    warned = [c for c in quiet["checks"] if c["status"] == "warn"]
+    assert "shm" in [c["check"] for c in warned] and not quiet.get("failed"), quiet
+    assert not [w for w in quiet.get("warnings") or [] if "| fix:" in str(w)]
+    loud = _run(tmp_path, *args, "warn_on_check=true")
+    shown = [w if isinstance(w, str) else w["event"]["msg"] for w in loud["warnings"]]
+    assert shown == ["ctl: %s | %s | fix: %s" % (c["check"], c["detail"], c["fix"])
+                     for c in loud["checks"] if c["status"] == "warn"], shown
+    assert len(shown) == len(warned)
