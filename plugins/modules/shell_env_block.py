@@ -83,6 +83,18 @@ options:
   node:
     description: This node's inventory name, for the messages.
     type: str
+  conflicts:
+    description:
+      - Variables two sources set to different values (the C(conflicts) of the shell_env role's merge); each is
+        shown as an Ansible warning. The block holds the value that was kept either way.
+    type: list
+    elements: str
+    default: []
+  exports:
+    description:
+      - What the stages exported, merged without the user's extra variables; returned as the fact
+        C(__shell_env_exports) (cached, for runs limited to other nodes). Nothing is returned when it is not given.
+    type: dict
 extends_documentation_fragment: [provision.cluster.attributes]
 attributes:
   check_mode:
@@ -103,6 +115,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: C(__shell_env_exports), the O(exports) given (cached with the facts).
+  returned: when O(exports) is given
+  type: dict
 block:
   description: The managed block as written.
   returned: always
@@ -158,10 +174,14 @@ def main():
             stages=dict(type="list", elements="str"),
             known_stages=dict(type="list", elements="str", default=[]),
             node=dict(type="str"),
+            conflicts=dict(type="list", elements="str", default=[]),
+            exports=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    for line in p["conflicts"]:
+        module.warn("%s%s (the later one was kept)" % ((p["node"] + ": ") if p["node"] else "", line))
     try:
         pw = pwd.getpwnam(p["user"])
     except KeyError:
@@ -190,6 +210,8 @@ def main():
                                  "a file %s can write); the link's target is left alone"
                                  % (x, real, str(exc).split("; fix: ", 1)[0], x, p["user"], p["user"]))
         module.fail_json(msg=str(exc))
+    if p["exports"] is not None:
+        result["ansible_facts"] = {"__shell_env_exports": p["exports"]}
     module.exit_json(**result)
 
 

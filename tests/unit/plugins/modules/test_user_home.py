@@ -168,6 +168,19 @@ def test_the_block_in_a_plain_home_is_written_for_the_user(scratch_user, monkeyp
     assert rc.stat().st_uid == scratch_user.UID and shell_env(scratch_user)["changed"] is False
 
 
+def test_conflicts_are_warnings_and_the_exports_come_back_as_the_cached_fact(scratch_user, monkeypatch):
+    scratch_user.patch(monkeypatch)
+    exports = {"env": {"NCCL_SOCKET_IFNAME": "eth1"}, "path": [], "ld_library_path": [], "source": [], "stages": ["x"]}
+    conflict = "NCCL_SOCKET_IFNAME: NCCL_SOCKET_IFNAME=eth1 (from provision_env_nccl_net) replaced by eth2 (from extra vars)"
+    res = shell_env(scratch_user, node="n1", conflicts=[conflict], exports=exports)
+    assert not res.get("failed") and res["ansible_facts"] == {"__shell_env_exports": exports}, res
+    # ansible-core 2.19 returns each warning as a summary (its text under event.msg), older ones as the text
+    (warning,) = [w if isinstance(w, str) else w["event"]["msg"] for w in res["warnings"]]
+    assert warning == "n1: %s (the later one was kept)" % conflict
+    res = shell_env(scratch_user)                       # neither given: no warning, no fact
+    assert "ansible_facts" not in res and not res.get("warnings"), res
+
+
 def test_a_stray_begin_in_bashrc_is_refused_and_the_users_lines_stay(scratch_user, monkeypatch):
     scratch_user.patch(monkeypatch)
     rc = scratch_user.home / ".bashrc"
