@@ -74,6 +74,21 @@ options:
   node:
     description: The node's inventory name, for the fix lines of RV(checks).
     type: str
+  fail_on_check:
+    description:
+      - Fail, in one line naming the node, every node pdsh did not reach and the fix, when the check ran and
+        one was missing (the pdsh stage; C(provision verify) only reads RV(checks)).
+    type: bool
+    default: false
+  fail_if_absent:
+    description: Fail when pdsh is not installed, instead of returning RV(found=false) (the pdsh stage, after its install).
+    type: bool
+    default: false
+  export_env:
+    description:
+      - Variables for the shell environment block (C(PDSH_RCMD_TYPE), C(WCOLL)); returned as the fact
+        C(provision_env_pdsh), which the shell_env stage reads, as every stage's export. Nothing is returned without it.
+    type: dict
 extends_documentation_fragment: [provision.cluster.attributes]
 attributes:
   check_mode:
@@ -93,6 +108,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: C(provision_env_pdsh) (O(export_env) as the shell_env stage reads it).
+  returned: when O(export_env) is given
+  type: dict
+  sample: {provision_env_pdsh: {env: {PDSH_RCMD_TYPE: ssh, WCOLL: /etc/pdsh/hosts}, path: [], ld_library_path: [], source: []}}
 found: {description: pdsh is installed., returned: always, type: bool}
 rcmd_default_supported: {description: The pdsh wrapper reads rcmd_default., returned: always, type: bool}
 checked:
@@ -139,16 +159,27 @@ def main():
             command_timeout=dict(type="int", required=True),
             node=dict(type="str"),
             targets=dict(type="list", elements="str"),
+            fail_on_check=dict(type="bool", default=False),
+            fail_if_absent=dict(type="bool", default=False),
+            export_env=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     stage = "ansible-playbook site.yml --tags pdsh" + (" --limit %s" % p["node"] if p["node"] else "")
+    who = (p["node"] + ": ") if p["node"] else ""
+    exported = {}
+    if p["export_env"] is not None:
+        export = {"env": p["export_env"], "path": [], "ld_library_path": [], "source": []}
+        exported = {"ansible_facts": {"provision_env_pdsh": export}}
     pdsh = module.get_bin_path("pdsh")
     if not pdsh:
+        if p["fail_if_absent"]:
+            module.fail_json(msg="%spdsh is not installed (pdsh_install: false?); fix: %s (or install the pdsh package)"
+                             % (who, stage))
         module.exit_json(changed=False, found=False, rcmd_default_supported=False, missing=[], checked=False,
                          checks=[{"check": "pdsh", "status": "fail", "detail": "pdsh is not installed",
-                                  "fix": "%s (or install the pdsh package)" % stage}])
+                                  "fix": "%s (or install the pdsh package)" % stage}], **exported)
     wrapper = read_text(pdsh) if os.path.getsize(pdsh) < 65536 else ""
     rcmd_supported = bool(wrapper) and p["rcmd_default_path"] in (wrapper or "")
     files = [(p["hosts_file"], "".join(h + "\n" for h in p["hosts"]))]
@@ -195,6 +226,11 @@ def main():
             "detail": "; ".join(missing) or "%d/%d nodes answered%s" % (
                 len(answers), len(reached), " (pdsh -w %s)" % ",".join(targets) if targets else ""),
             "fix": "%s; try `PDSH_RCMD_TYPE=ssh pdsh -w ^%s hostname`" % (fix, p["hosts_file"]) if missing else ""}])
+        if missing and p["fail_on_check"] and not module.check_mode:
+            module.fail_json(msg="%spdsh -w %s hostname: %s; fix: %s" % (
+                who, ",".join(targets) if targets else "^" + p["hosts_file"], "; ".join(missing),
+                result["checks"][0]["fix"]), **result)
+    result.update(exported)
     module.exit_json(**result)
 
 

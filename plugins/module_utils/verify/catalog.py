@@ -559,7 +559,8 @@ CATALOG = [
     Spec("pdsh", "pdsh", "pdsh present, hosts file as the inventory, reaching the ring's nodes (every node with --full); "
          "ssh's own error line and its fix when it does not",
          module="provision.cluster.pdsh_config", stage="pdsh", args=_pdsh_args, local=False,
-         stage_keys=("check", "check_if_changed", "expect_hostnames")),
+         stage_keys=("check", "check_if_changed", "expect_hostnames", "fail_on_check", "fail_if_absent",
+                     "export_env")),
     Spec("env", "env block", "the ~/.bashrc env block above the non-interactive guard; ssh <self> env sees its values",
          module="provision.cluster.shell_env_check",
          stage="shell_env",
@@ -601,7 +602,7 @@ CATALOG = [
          when=_in_effect_differs, adjust=_adjust_in_effect, default=False, local=False),
     Spec("runtime", "node runtime", "/dev/shm, memlock, nofile (and the pam_limits line that lowers them); ssh <name> lands on that node",
          module="provision.cluster.node_runtime", stage="node_runtime", args=_runtime_args,
-         keep=_keep_runtime, stage_keys=("manage_limits", "manage_shm", "fail_on_check")),
+         keep=_keep_runtime, stage_keys=("manage_limits", "manage_shm", "fail_on_check", "warn_on_check")),
     Spec("landing", "landing", "ssh <name> from every node lands in that node", module="provision.cluster.ssh_landing",
          stage="node_runtime",
          phase=PEERS, group="runtime", needs=("runtime",), default=False, local=False),

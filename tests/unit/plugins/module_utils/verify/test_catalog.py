@@ -203,7 +203,9 @@ def test_fingerprints_are_blind_to_key_order_only():
 def test_only_the_arguments_an_entry_names_may_come_from_its_stage():
     """What a stage adds plans or configures (the packages to install, limits to write); never what the
     check reads or judges, which would make its record another check than verify's."""
-    assert K.BY_NAME["runtime"].stage_keys == {"manage_limits", "manage_shm", "fail_on_check"}
+    assert K.BY_NAME["runtime"].stage_keys == {"manage_limits", "manage_shm", "fail_on_check", "warn_on_check"}
+    assert K.BY_NAME["pdsh"].stage_keys == {"check", "check_if_changed", "expect_hostnames", "fail_on_check",
+                                            "fail_if_absent", "export_env"}
     assert K.BY_NAME["gcc"].stage_keys == {"fail_below"}
     for spec in K.CATALOG:
         if spec.args is not None and spec.stage_keys:
