@@ -12,6 +12,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 from collections import Counter
 
 MANIFEST = ".provision-wheelhouse.json"
@@ -471,7 +472,8 @@ def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
     count), in the tree itself or in a directory above it (which could swap the whole tree). [] when
     none: only root (and the trusted uids) could have written what root is about to run. Nothing is
     followed: every entry is lstat'ed, the walk does not enter linked directories. walk=False: path and
-    the directories above it only."""
+    the directories above it only. Below path the walk is one find(1) where the node has GNU find (C: a
+    torch environment's ~25,000 entries in about half the time of Python's), else Python's own."""
     found = []
 
     def judge(where, st):
@@ -493,8 +495,11 @@ def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
         judge(path, os.lstat(path))
     except FileNotFoundError:
         return found
-    if os.path.islink(path) or not walk:
+    if os.path.islink(path) or not walk or len(found) >= limit:
         return found[:limit]
+    below = _find_untrusted(path, trusted_uids, limit - len(found))
+    if below is not None:
+        return (found + below)[:limit]
     for root, dirs, files in os.walk(path):
         for name in dirs + files:
             if len(found) >= limit:
@@ -505,6 +510,49 @@ def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
             except OSError:
                 continue
     return found[:limit]
+
+
+FIND = ("/usr/bin/find", "/bin/find")
+
+
+def _find_untrusted(path, trusted_uids, limit):
+    """untrusted()'s lines for the entries below path, from one `find -P` (nothing followed; the same
+    rule: an owner outside trusted_uids, else group/other write on anything but a link or a sticky
+    directory), reading no more than LIMIT of them; None where there is no GNU find (then Python walks)."""
+    find = next((f for f in FIND if os.access(f, os.X_OK)), None)
+    if find is None:
+        return None
+    owner = [arg for uid in trusted_uids for arg in ("!", "-uid", str(int(uid)))]
+    argv = [find, "-P", path, "-mindepth", "1", "("] + owner + [
+        "-o", "(", "-perm", "/022", "!", "-type", "l", "!", "(", "-type", "d", "-perm", "-1000", ")", ")",
+        ")", "-printf", "%U %m %p\\0"]
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C"))
+    except OSError:
+        return None
+    data = b""
+    try:
+        while data.count(b"\0") < limit:
+            chunk = proc.stdout.read1(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        if data.count(b"\0") >= limit:
+            proc.kill()
+        err = proc.communicate()[1]
+    if proc.returncode not in (0, 1, -9) or (proc.returncode == 1 and b"-printf" in err):
+        return None  # not GNU find (busybox has no -printf): Python walks
+    found = []
+    for entry in data.split(b"\0")[:limit]:
+        if not entry:
+            continue
+        uid, mode, where = entry.decode("utf-8", "surrogateescape").split(" ", 2)
+        if int(uid) not in trusted_uids:
+            found.append("%s is owned by uid %s" % (where, uid))
+        else:
+            found.append("%s is mode %04o (writable by group or others)" % (where, int(mode, 8)))
+    return found
 
 
 def dist_names(prefix):

@@ -53,6 +53,36 @@ def test_untrusted_names_foreign_owners_writable_entries_and_parents(tmp_path):
         assert P.untrusted(str(tree), walk=False) == []
 
 
+
+@pytest.mark.skipif(not any(os.access(f, os.X_OK) for f in P.FIND), reason="no find(1) here")
+def test_find_walk_and_python_walk_name_the_same_entries(tmp_path, monkeypatch):
+    """The walk below the tree is one find(1) where the node has it; without it Python walks: the same
+    entries named, in the same words (a sticky directory and a link's own mode do not count, a link
+    is not followed, the limit holds)."""
+    tree = tmp_path / "env"
+    (tree / "sticky" / "deep").mkdir(parents=True)
+    (tree / "sticky").chmod(0o1777)
+    (tree / "sticky" / "deep" / "w.py").write_text("")
+    (tree / "sticky" / "deep" / "w.py").chmod(0o664)
+    (tree / "odd name\nwith newline").write_text("")
+    (tree / "odd name\nwith newline").chmod(0o646)
+    (tree / "link").symlink_to(tmp_path)                 # followed, it would reach tmp_path's entries
+    (tmp_path / "outside.py").write_text("")
+    (tmp_path / "outside.py").chmod(0o666)
+    if os.geteuid() == 0:
+        (tree / "theirs").write_text("")
+        os.lchown(tree / "theirs", 65534, 65534)
+    mine = (os.geteuid(),)
+    by_find = P.untrusted(str(tree), mine, limit=10)
+    assert P._find_untrusted(str(tree), mine, 10) is not None
+    monkeypatch.setattr(P, "FIND", ())
+    by_python = P.untrusted(str(tree), mine, limit=10)
+    expected = {f"{tree}/sticky/deep/w.py is mode 0664 (writable by group or others)",
+                f"{tree}/odd name\nwith newline is mode 0646 (writable by group or others)"}
+    if os.geteuid() == 0:
+        expected.add(f"{tree}/theirs is owned by uid 65534")
+    assert sorted(by_find) == sorted(by_python) == sorted(expected)
+    assert len(P.untrusted(str(tree), mine, limit=1)) == 1
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a tree of another uid needs root")
 
 
