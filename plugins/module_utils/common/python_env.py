@@ -527,7 +527,9 @@ def _find_untrusted(path, trusted_uids, limit):
         "-o", "(", "-perm", "/022", "!", "-type", "l", "!", "(", "-type", "d", "-perm", "-1000", ")", ")",
         ")", "-printf", "%U %m %p\\0"]
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C"))
+        # stderr not read: errors many enough to fill a pipe could not stall the walk
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                env=dict(os.environ, LC_ALL="C"))
     except OSError:
         return None
     data = b""
@@ -540,9 +542,11 @@ def _find_untrusted(path, trusted_uids, limit):
     finally:
         if data.count(b"\0") >= limit:
             proc.kill()
-        err = proc.communicate()[1]
-    if proc.returncode not in (0, 1, -9) or (proc.returncode == 1 and b"-printf" in err):
-        return None  # not GNU find (busybox has no -printf): Python walks
+        proc.communicate()
+    if proc.returncode != 0 and not data:
+        # not GNU find (busybox's has no -printf and stops at once), or entries it could not read:
+        # Python walks, and names what it can read
+        return None
     found = []
     for entry in data.split(b"\0")[:limit]:
         if not entry:

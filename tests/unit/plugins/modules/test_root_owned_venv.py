@@ -83,6 +83,13 @@ def test_find_walk_and_python_walk_name_the_same_entries(tmp_path, monkeypatch):
         expected.add(f"{tree}/theirs is owned by uid 65534")
     assert sorted(by_find) == sorted(by_python) == sorted(expected)
     assert len(P.untrusted(str(tree), mine, limit=1)) == 1
+    # a find without -printf (busybox's) stops at once: Python walks instead
+    busybox = tmp_path / "find"
+    busybox.write_text("#!/bin/sh\necho 'find: unrecognized: -printf' >&2\nexit 1\n")
+    busybox.chmod(0o755)
+    monkeypatch.setattr(P, "FIND", (str(busybox),))
+    assert P._find_untrusted(str(tree), mine, 10) is None
+    assert sorted(P.untrusted(str(tree), mine, limit=10)) == sorted(expected)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a tree of another uid needs root")
 
 
