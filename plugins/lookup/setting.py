@@ -44,7 +44,7 @@ def _load_filters_once():
     its name across the files): 0.1-0.3 s each time, some 2 s of the controller's time in a 2-node
     site.yml re-run. Every play of site.yml, verify.yml and launch.yml names its hosts with this
     lookup, which ansible-playbook templates in its main process before it forks a task's workers:
-    loaded there once, the filters are inherited by every worker (benchmarks/site_rerun.py)."""
+    loaded there once, the filters are inherited by every worker (docs/performance.md)."""
     try:
         filter_loader.get("provision.cluster.url_host")
     except Exception:  # noqa: BLE001 - only a head start: a worker loads what it needs as before
