@@ -9,6 +9,7 @@ import re
 import subprocess
 
 import pytest
+import yaml
 
 from helpers import REPO, ansible_env, tool
 
@@ -60,3 +61,13 @@ def test_a_stage_run_alone_computes_the_plan_first(stage):
     if stage != "launch":
         # the same plays as site.yml's
         assert [name for _, name, _ in plays[1:]] == [name for _, name, _ in list_hosts(f"playbooks/stages/{stage}.yml")]
+
+
+def test_preflight_logs_in_again_without_become_whatever_the_inventory_says():
+    """After a become failure preflight logs in again without become, to tell a node that does not answer
+    (a dead bastion) from a sudo that does not. The inventory's ansible_become outranks a task's
+    `become: false`, so that login must set the variable: with the keyword it escalated again and, when
+    ssh's exit lost the race with the become timeout, a dead bastion was named a sudo that did not confirm."""
+    tasks = yaml.safe_load((REPO / "roles" / "preflight" / "tasks" / "become_failed.yml").read_text())
+    (login,) = [t for t in tasks if t.get("register") == "__preflight_login"]
+    assert login["vars"]["ansible_become"] is False and "become" not in login
