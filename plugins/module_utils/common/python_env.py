@@ -477,10 +477,8 @@ def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
     found = []
 
     def judge(where, st):
-        if st.st_uid not in trusted_uids:
-            found.append("%s is owned by uid %d" % (where, st.st_uid))
-        elif _writable_by_others(st):
-            found.append("%s is mode %04o (writable by group or others)" % (where, stat.S_IMODE(st.st_mode)))
+        if st.st_uid not in trusted_uids or _writable_by_others(st):
+            found.append(_reason(where, st.st_uid, stat.S_IMODE(st.st_mode), trusted_uids))
 
     above = os.path.dirname(os.path.abspath(path))
     while True:
@@ -552,11 +550,15 @@ def _find_untrusted(path, trusted_uids, limit):
         if not entry:
             continue
         uid, mode, where = entry.decode("utf-8", "surrogateescape").split(" ", 2)
-        if int(uid) not in trusted_uids:
-            found.append("%s is owned by uid %s" % (where, uid))
-        else:
-            found.append("%s is mode %04o (writable by group or others)" % (where, int(mode, 8)))
+        found.append(_reason(where, int(uid), int(mode, 8), trusted_uids))
     return found
+
+
+def _reason(where, uid, mode, trusted_uids):
+    """untrusted()'s line for an entry either walk found: its owner when that is not trusted, else its mode."""
+    if uid not in trusted_uids:
+        return "%s is owned by uid %d" % (where, uid)
+    return "%s is mode %04o (writable by group or others)" % (where, mode)
 
 
 def dist_names(prefix):
