@@ -100,94 +100,13 @@ path:
   type: str
 """
 
-import os
-import pwd
-import stat
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.common.files import (
-    UnsafeFile, confinement, read_no_follow)
-from ansible_collections.provision.cluster.plugins.module_utils.common.launch import (
-    ALWAYS, LAUNCH_CHECK, LAUNCH_ENV, launch_checks, launch_order)
-from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
-
-READ_LIMIT = 1 << 20   # a launch file is a few KiB; a larger one is not ours
-
-
-def read_launch_dir(path, pw, names=ALWAYS):
-    """{name: {"content", "mode"} | {"error"} | None} of the files NAMES in PATH, or None when PATH is not a
-    directory. Root reading another user's directory goes through its fds (files.Confined), never a link."""
-    confined = [c for c in confinement(pw) if c.covers(path)] if pw is not None else []
-    c = confined[0] if confined else None
-    if c is not None:
-        kind = c.kind(path)   # a link on the way raises UnsafeFile
-        if kind == "link":
-            raise UnsafeFile("%s is a symbolic link (not followed)" % path)
-        if kind != "dir":
-            return None
-    elif not os.path.isdir(path):
-        return None
-    found = {}
-    for name in names:
-        target = os.path.join(path, name)
-        try:
-            data, st = c.read(target, READ_LIMIT) if c is not None else read_no_follow(target, READ_LIMIT)
-        except UnsafeFile as exc:
-            # the check's own fix (site.yml --tags launchers) replaces the file: the refusal's fix is left out
-            found[name] = {"error": str(exc).split("; fix: ", 1)[0]}
-            continue
-        except OSError as exc:
-            found[name] = {"error": "cannot read %s: %s" % (target, exc.strerror or exc)}
-            continue
-        found[name] = None if data is None else {
-            "content": data.decode("utf-8", errors="replace"), "mode": stat.S_IMODE(st.st_mode)}
-    return found
+from ansible_collections.provision.cluster.plugins.module_utils.common import launch as L
+from ansible_collections.provision.cluster.plugins.module_utils.verify.stage_check import exit_check
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", required=True),
-            user=dict(type="str"),
-            nodes=dict(type="list", elements="str", required=True),
-            master=dict(type="str"),
-            master_addr=dict(type="str"),
-            master_port=dict(type="int"),
-            ssh_port=dict(type="int"),
-            node=dict(type="str"),
-            fail=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    path, node = p["path"], p["node"]
-    if path.startswith("~"):   # type path expanded ~user already: that user does not exist here
-        module.exit_json(changed=False, path=path, checks=[C.failed(
-            LAUNCH_CHECK, "%s: its user does not exist on this node" % path,
-            "create the cluster user (ansible-playbook site.yml) or set cluster_user", node=node)])
-    try:
-        pw = pwd.getpwnam(p["user"]) if p["user"] else None
-    except KeyError:
-        pw = None
-    expect = {"nodes": launch_order(p["nodes"], p["master"]), "master_addr": p["master_addr"], "master_port": p["master_port"],
-              "ssh_port": p["ssh_port"]}
-    found = None
-    try:
-        found = read_launch_dir(path, pw)
-    except UnsafeFile as exc:
-        detail, fix = (str(exc).split("; fix: ", 1) + [""])[:2]
-        checks = [C.failed(LAUNCH_CHECK, detail, fix or "make %s a directory of %s, with no link on the way"
-                           % (path, p["user"] or "the cluster user"), node=node)]
-    else:
-        checks = launch_checks(node, path, found, expect)
-    bad = C.failures(checks)
-    # refused: files written for a cluster (launch.env there) that is not this one, or changed since; a
-    # directory without launch.env is not the launchers stage's: the launcher names what it misses itself
-    written = isinstance(found, dict) and isinstance(found.get(LAUNCH_ENV), dict) and "content" in found[LAUNCH_ENV]
-    if p["fail"] and bad and written:
-        module.fail_json(msg="%s: %s; fix: %s" % (bad[0]["check"], bad[0]["detail"], bad[0]["fix"]), path=path,
-                         checks=checks)
-    module.exit_json(changed=False, path=path, checks=checks)
+    exit_check(AnsibleModule(argument_spec=L.CHECK_ARGS, supports_check_mode=True), L.run_check)
 
 
 if __name__ == "__main__":

@@ -73,24 +73,12 @@ where:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.provision.cluster.plugins.module_utils.common import bashrc as B
-from ansible_collections.provision.cluster.plugins.module_utils.common import shell_env_check as C
+from ansible_collections.provision.cluster.plugins.module_utils.common import shell_env_check as E
+from ansible_collections.provision.cluster.plugins.module_utils.verify.stage_check import exit_check
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            user=dict(type="str", default="root"),
-            bashrc=dict(type="path"),
-            ssh_host=dict(type="str", required=True),
-            timeout=dict(type="int", default=10),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    found = C.check_env(p["user"], p["bashrc"], p["ssh_host"], p["timeout"], module.get_bin_path,
-                        B.split_block, B.find_guard)
-    module.exit_json(changed=False, **found)
+    exit_check(AnsibleModule(argument_spec=E.ARGS, supports_check_mode=True), E.run)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,18 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
 import signal
+import stat
 import subprocess
 import time
 
-from ansible_collections.provision.cluster.plugins.module_utils.common.files import file_differs, read_text
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import (
+    UnsafeFile, confinement, file_differs, read_no_follow, read_text)
 from ansible_collections.provision.cluster.plugins.module_utils.common.nodelist import NodeListError, parse_hostfile
 from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
+from ansible_collections.provision.cluster.plugins.module_utils.verify.stage_check import Stop
 
 # `sh -c` wrapper: run the command, then record its exit status atomically.
 _WRAPPER = '"$@"; rc=$?; echo $rc > "$PROVISION_RUN_DIR/rc.tmp" && mv "$PROVISION_RUN_DIR/rc.tmp" ' \
@@ -290,3 +294,82 @@ def stop_job(runs_dir, run_id, grace=5.0):
         with open(os.path.join(rdir, "rc"), "w", encoding="ascii") as handle:
             handle.write("%d\n" % (128 + signal.SIGTERM))
     return True
+
+
+# ---------------------------------------------------------------- the check `launchers` (launch_files_info, launch_dir)
+
+READ_LIMIT = 1 << 20   # a launch file is a few KiB; a larger one is not ours
+# the check's arguments (the module launch_files_info's options)
+CHECK_ARGS = {
+    "path": {"type": "path", "required": True},
+    "user": {"type": "str"},
+    "nodes": {"type": "list", "elements": "str", "required": True},
+    "master": {"type": "str"},
+    "master_addr": {"type": "str"},
+    "master_port": {"type": "int"},
+    "ssh_port": {"type": "int"},
+    "node": {"type": "str"},
+    "fail": {"type": "bool", "default": False},
+}
+
+
+def read_launch_dir(path, pw, names=ALWAYS):
+    """{name: {"content", "mode"} | {"error"} | None} of the files NAMES in PATH, or None when PATH is not a
+    directory. Root reading another user's directory goes through its fds (files.Confined), never a link."""
+    confined = [c for c in confinement(pw) if c.covers(path)] if pw is not None else []
+    c = confined[0] if confined else None
+    if c is not None:
+        kind = c.kind(path)   # a link on the way raises UnsafeFile
+        if kind == "link":
+            raise UnsafeFile("%s is a symbolic link (not followed)" % path)
+        if kind != "dir":
+            return None
+    elif not os.path.isdir(path):
+        return None
+    found = {}
+    for name in names:
+        target = os.path.join(path, name)
+        try:
+            data, st = c.read(target, READ_LIMIT) if c is not None else read_no_follow(target, READ_LIMIT)
+        except UnsafeFile as exc:
+            # the check's own fix (site.yml --tags launchers) replaces the file: the refusal's fix is left out
+            found[name] = {"error": str(exc).split("; fix: ", 1)[0]}
+            continue
+        except OSError as exc:
+            found[name] = {"error": "cannot read %s: %s" % (target, exc.strerror or exc)}
+            continue
+        found[name] = None if data is None else {
+            "content": data.decode("utf-8", errors="replace"), "mode": stat.S_IMODE(st.st_mode)}
+    return found
+
+
+def run_check(p, module=None):
+    """The check with CHECK_ARGS's parameters on this node -> {path, checks}; Stop with p["fail"] when files
+    the launchers stage wrote (launch.env is there) fail it."""
+    path, node = p["path"], p["node"]
+    if path.startswith("~"):   # type path expanded ~user already: that user does not exist here
+        return {"path": path, "checks": [C.failed(
+            LAUNCH_CHECK, "%s: its user does not exist on this node" % path,
+            "create the cluster user (ansible-playbook site.yml) or set cluster_user", node=node)]}
+    try:
+        pw = pwd.getpwnam(p["user"]) if p["user"] else None
+    except KeyError:
+        pw = None
+    expect = {"nodes": launch_order(p["nodes"], p["master"]), "master_addr": p["master_addr"], "master_port": p["master_port"],
+              "ssh_port": p["ssh_port"]}
+    found = None
+    try:
+        found = read_launch_dir(path, pw)
+    except UnsafeFile as exc:
+        detail, fix = (str(exc).split("; fix: ", 1) + [""])[:2]
+        checks = [C.failed(LAUNCH_CHECK, detail, fix or "make %s a directory of %s, with no link on the way"
+                           % (path, p["user"] or "the cluster user"), node=node)]
+    else:
+        checks = launch_checks(node, path, found, expect)
+    bad = C.failures(checks)
+    # refused: files written for a cluster (launch.env there) that is not this one, or changed since; a
+    # directory without launch.env is not the launchers stage's: the launcher names what it misses itself
+    written = isinstance(found, dict) and isinstance(found.get(LAUNCH_ENV), dict) and "content" in found[LAUNCH_ENV]
+    if p["fail"] and bad and written:
+        raise Stop("%s: %s; fix: %s" % (bad[0]["check"], bad[0]["detail"], bad[0]["fix"]), path=path, checks=checks)
+    return {"path": path, "checks": checks}

@@ -15,6 +15,9 @@ import stat
 import subprocess
 from collections import Counter
 
+from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter
+from ansible_collections.provision.cluster.plugins.module_utils.verify.stage_check import Stop
+
 MANIFEST = ".provision-wheelhouse.json"
 
 # ---------------------------------------------------------------- pins
@@ -755,3 +758,77 @@ def versions_check(result):
     return {"check": "versions_equal", "status": "fail",
             "detail": f"nodes differ ({odd})",
             "fix": "pin the same python_env_torch_spec/python_env_extra_packages for every node and re-run the python_env stage"}
+
+
+# ---------------------------------------------------------------- the check `versions` (python_versions, python_venv)
+
+# the check's arguments (the module python_versions's options)
+VERSIONS_ARGS = {
+    "python": {"type": "path", "required": True},
+    "packages": {"type": "list", "elements": "str", "default": []},
+    "require_torch": {"type": "bool", "default": True},
+    "timeout": {"type": "int", "default": 120},
+    "cache": {"type": "path"},
+}
+VERSIONS_FIX = "run the python_env stage (ansible-playbook playbooks/python_env.yml)"
+
+
+def run_versions(p, module):
+    """The check with VERSIONS_ARGS's parameters on this node -> {checks, cached, ansible_facts:
+    {python_env_versions}}; Stop where torch must import (require_torch) and does not, or the probe fails."""
+    packages = package_names(p["packages"])
+    python = p["python"]
+    if not os.access(python, os.X_OK):
+        check = {"check": "python_env", "status": "fail", "detail": f"{python} missing", "fix": VERSIONS_FIX}
+        if p["require_torch"]:
+            raise Stop(f"{python} does not exist: {VERSIONS_FIX}", checks=[check])
+        return {"checks": [check], "ansible_facts": {"python_env_versions": normalize_versions({})}}
+    prefix = os.path.dirname(os.path.dirname(python))
+    reasons = untrusted(prefix, walk=is_environment(prefix)) if os.geteuid() == 0 else []
+    if reasons:
+        # root runs nothing another user could have written (issue 31): the probe would import its code,
+        # and its cache file would be another user's word
+        detail = f"root does not run {python}: {'; '.join(reasons)}"
+        check = {"check": "python_env", "status": "fail", "detail": detail,
+                 "fix": "run the python_env stage: it makes the environment again as root's"}
+        if p["require_torch"]:
+            raise Stop(f"{detail}; fix: {check['fix']}", checks=[check])
+        return {"checks": [check], "ansible_facts": {"python_env_versions": normalize_versions({})}}
+    key = probe_cache_key(python) if p["cache"] else None
+    cached = cached_versions(p["cache"], key, python, packages) if key else None
+    if cached is not None:
+        return {"cached": True, "checks": _versions_checks(python, cached_check(cached), cached),
+                "ansible_facts": {"python_env_versions": cached}}
+    # -I: no PYTHON* variables, no user site, not the working directory on sys.path
+    argv = [python, "-I", "-c", VERSIONS_PROBE, json.dumps(packages)]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["timeout"], check=False)
+    except subprocess.TimeoutExpired:
+        raise Stop(f"{python}: version probe took more than {p['timeout']}s (import torch hangs?)") from None
+    try:
+        raw = parse_probe(proc.stdout)
+    except ValueError:
+        raise Stop(f"{python}: version probe failed: {last_line(proc.stderr)}", stderr=proc.stderr) from None
+    versions = normalize_versions(raw)
+    if versions["torch"] is None:
+        check = {"check": "python_env", "status": "fail",
+                 "detail": f"torch does not import: {raw.get('torch_error')}", "fix": VERSIONS_FIX}
+        if p["require_torch"]:
+            raise Stop(f"torch does not import in {python}: {raw.get('torch_error')}; fix: {VERSIONS_FIX}",
+                       checks=[check], ansible_facts={"python_env_versions": versions})
+    else:
+        check = {"check": "python_env", "status": "pass",
+                 "detail": f"python {versions['python']} torch {versions['torch']}", "fix": ""}
+        if key and not module.check_mode:
+            try:
+                FileWriter(module).write(p["cache"], json.dumps({"key": key, "versions": versions}))
+            except OSError as exc:   # a cache that cannot be written only costs the next run a probe
+                module.warn(f"could not write the versions cache {p['cache']}: {exc}")
+    return {"cached": False, "checks": _versions_checks(python, check, versions),
+            "ansible_facts": {"python_env_versions": versions}}
+
+
+def _versions_checks(python, check, versions):
+    """check, and DeepSpeed's build against this torch when DeepSpeed has compiled ops here."""
+    ds = deepspeed_check(deepspeed_build(python), versions.get("torch"), versions.get("torch_cuda"), python)
+    return [check] + ([ds] if ds else [])

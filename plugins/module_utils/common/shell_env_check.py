@@ -4,8 +4,9 @@
 """Is the managed ~/.bashrc block what a non-interactive ssh session gets? (pure Python)
 
 The block and guard parsing are the shell_env module's (module_utils/common/bashrc.py: split_block,
-find_guard), passed in by the caller; this file reads the block's exports, builds the ssh command
-and decides the check.
+find_guard); this file reads the block's exports, builds the ssh command and decides the check. The
+check `env` of the catalog: ARGS and run() are its arguments and its run, shared by the read-only
+module shell_env_check and by shell_env_block, which runs it after writing the block (stage_check.py).
 """
 from __future__ import annotations
 
@@ -15,10 +16,18 @@ import re
 import shlex
 import subprocess
 
+from ansible_collections.provision.cluster.plugins.module_utils.common import bashrc as B
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import UnsafeFile, read_user_file
 from ansible_collections.provision.cluster.plugins.module_utils.common.users import as_user
 
 FIX = "ansible-playbook site.yml --tags shell_env"
+# the check's arguments (the module shell_env_check's options)
+ARGS = {
+    "user": {"type": "str", "default": "root"},
+    "bashrc": {"type": "path"},
+    "ssh_host": {"type": "str", "required": True},
+    "timeout": {"type": "int", "default": 10},
+}
 _PREPEND = re.compile(r"""^case ":\$\{(?P<var>\w+):-\}:" in \*:(?P<item>.+?):\*\)""")
 _EXPORT = re.compile(r"^export\s+(?P<rest>\w+=.*)$")
 
@@ -167,3 +176,9 @@ def check_env(user, bashrc, ssh_host, timeout, get_bin_path, split_block, find_g
     check = decide(path, layout, expected, seen, ssh_error, ssh_host)
     return {"expected": expected, "seen": seen, "where": {"block": layout["block_line"], "guard": layout["guard_line"]},
             "checks": [check]}
+
+
+def run(params, module):
+    """The check with ARGS's parameters, on this node (module: its get_bin_path) -> the module's result."""
+    return check_env(params["user"], params["bashrc"], params["ssh_host"], params["timeout"], module.get_bin_path,
+                     B.split_block, B.find_guard)

@@ -11,7 +11,7 @@ import pytest
 
 import helpers
 from ansible_collections.provision.cluster.plugins.filter import launchers as L
-from ansible_collections.provision.cluster.plugins.modules import launch_files_info as M
+from ansible_collections.provision.cluster.plugins.module_utils.common import launch as M
 
 NAMES = ["node1", "node2"]
 ARGS = {"nodes": NAMES, "master_addr": "10.89.77.11", "master_port": 29500, "ssh_port": 2222, "node": "node2"}
@@ -103,3 +103,24 @@ def test_as_root_for_another_user_reads_through_fds_and_refuses_links(tmp_path):
         (c,) = helpers.run_module("launch_files_info", dict(ARGS, path=str(d / "launch"), user="trainer"))["checks"]
     assert c["status"] == "fail" and c["detail"].startswith(f"{d} is a symbolic link (to /etc)"), c
     assert "; fix:" not in c["detail"] and c["fix"].startswith("replace it with a regular file or directory"), c
+
+
+def test_launch_dir_with_check_runs_this_check_on_what_it_wrote(tmp_path):
+    """The launchers stage's call (provision.cluster.check with module: launch_dir): the files written, then the
+    same check as this module with the same arguments, in the same process."""
+    hostvars = {n: {"cluster_address": "10.89.77.%d" % (11 + i)} for i, n in enumerate(NAMES)}
+    nodes = L.launch_nodes(NAMES, hostvars)
+    files = L.launch_files(nodes, "node2", nodes[0]["address"], 29500, 2222)
+    d = tmp_path / "launch"
+    check = dict(ARGS, path=str(d))
+    done = helpers.run_module("launch_dir", {"path": str(d), "files": files, "check": check})
+    assert done["changed"] is True and sorted(done["written"]) == sorted(files)
+    alone = run(d)
+    # (exit_json adds the path's owner and mode to a module's own result, not to a dict inside it)
+    assert done["check_result"] == {"path": alone["path"], "checks": alone["checks"]}
+    assert done["check_result"]["checks"][0]["status"] == "pass"
+    # a stale inventory: the check fails on the files as written (fail: stops the module with its line)
+    stale = helpers.run_module("launch_dir", {"path": str(d), "files": files,
+                                              "check": dict(check, nodes=NAMES + ["node3"], fail=True)})
+    assert stale["failed"] and stale["msg"].startswith("launch files: ") and "(not listed: node3)" in stale["msg"]
+    assert stale["changed"] is False and stale["check_result"]["failed"]
