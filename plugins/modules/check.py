@@ -17,6 +17,10 @@ description:
     name. Inside C(site.yml), the verify pass takes that record instead of running the check again when it
     was made in this run, with the arguments verify would pass now, by a call that failed nowhere and changed
     nothing. A stage that changes what a check reads after calling it calls it again.
+  - With O(module), the stage's own module runs instead (the one that writes what the check reads, such as
+    the env block, the launch files, the Python environment), with O(module_args) and the check's arguments
+    as its option C(check). It does its work, then runs the check in the same process (one module run per
+    node, not two). The task returns that module's result, with the check's under C(check_result).
 version_added: "0.2.0"
 author: provision developers (!UNKNOWN)
 options:
@@ -41,6 +45,15 @@ options:
         matrix differs.
     type: str
     choices: [ring, full]
+  module:
+    description:
+      - The stage's module (FQCN) that runs the check after its own work; only one the entry names (its
+        C(writers)), e.g. M(provision.cluster.shell_env_block) for C(env), M(provision.cluster.launch_dir) for
+        C(launchers), M(provision.cluster.python_venv) for C(versions).
+    type: str
+  module_args:
+    description: The arguments of O(module) (its own; the check's are added as its option C(check)).
+    type: dict
   fail:
     description: Fail the task, one line naming the node and each failed check with its fix, when a check fails.
     type: bool
@@ -71,6 +84,15 @@ EXAMPLES = r"""
       manage_limits: true
       manage_shm: true
 
+- name: The launch files, written, then checked by the same module run
+  provision.cluster.check:
+    check: launchers
+    module: provision.cluster.launch_dir
+    module_args:
+      path: "{{ launchers_dir }}"
+      owner: "{{ cluster_plan.user }}"
+      files: "{{ __launchers_files }}"
+
 - name: The ports check, stopping on a held port
   provision.cluster.check:
     check: ports
@@ -80,9 +102,13 @@ EXAMPLES = r"""
 RETURN = r"""
 checks:
   description: The module's Check records (its other return values come back as the module gives them).
-  returned: always
+  returned: without O(module) (with it, C(check_result.checks))
   type: list
   elements: dict
+check_result:
+  description: The check's result (its Check records as C(checks), and what the check returns beside them).
+  returned: with O(module), when the module reached the check
+  type: dict
 check_module:
   description: The module that ran (FQCN), for what reads results by module.
   returned: when the module ran

@@ -15,6 +15,8 @@ description:
     root for another user, the directory in that user's home is reached through its fds without
     following a link (a link, e.g. C(~/.provision -> /etc), is refused in one line naming it and the
     fix), and only the directories made here are given to O(owner).
+  - With O(check), it then runs the check C(launch files) of C(provision verify) (the options of
+    M(provision.cluster.launch_files_info)) on what it wrote.
 options:
   path:
     description: The directory; C(~user) is expanded on the node. Made (0755) when missing.
@@ -40,7 +42,7 @@ options:
         so that no extra task is needed to record it.
     type: str
 author: provision developers (!UNKNOWN)
-extends_documentation_fragment: [provision.cluster.attributes]
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.stage_check]
 attributes:
   check_mode:
     support: full
@@ -59,6 +61,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_result:
+  description: The result of M(provision.cluster.launch_files_info) with the arguments O(check) gave (C(checks), C(path)).
+  returned: when O(check) is given
+  type: dict
 path:
   description: The directory, expanded.
   returned: always
@@ -85,7 +91,9 @@ import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, UnsafeFile, confinement
+from ansible_collections.provision.cluster.plugins.module_utils.common import launch as L
 from ansible_collections.provision.cluster.plugins.module_utils.common.launch import file_mode
+from ansible_collections.provision.cluster.plugins.module_utils.verify.stage_check import CHECK_OPTION, stage_check
 
 
 def _missing_dirs(path):
@@ -118,6 +126,7 @@ def main():
             files=dict(type="dict", required=True),
             absent=dict(type="list", elements="str", default=[]),
             path_fact=dict(type="str"),
+            **CHECK_OPTION,
         ),
         supports_check_mode=True,
     )
@@ -149,7 +158,7 @@ def main():
                             ", with no link on the way (the link's target is left alone)" if link else ""))
     if module.params["path_fact"]:
         result["ansible_facts"] = {module.params["path_fact"]: path}
-    module.exit_json(**result)
+    module.exit_json(**stage_check(module, L.CHECK_ARGS, L.run_check, result))
 
 
 def write_dir(module, path, pw, files):

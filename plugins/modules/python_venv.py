@@ -26,6 +26,10 @@ description:
     refused in one line. The cluster user reads and runs the environment; it installs its own
     packages in a venv of its own (C(python3 -m venv --system-site-packages ~/venv)).
   - Sets C(provision_env_python_env) (VIRTUAL_ENV, PATH prepend) for the shell_env block.
+  - With O(check), it then runs the check C(python_env) of C(provision verify) (the options of
+    M(provision.cluster.python_versions), which reads the versions from its cache while nothing changed)
+    on the environment as this call leaves it; in check mode not when the environment is still to be made
+    or completed. A check that stops (C(require_torch) and torch does not import) fails the module.
 version_added: "0.1.0"
 author: provision developers (!UNKNOWN)
 options:
@@ -85,20 +89,7 @@ options:
   node:
     description: The node's inventory name, for that line.
     type: str
-  versions_cache:
-    description:
-      - The cache file of M(provision.cluster.python_versions). When the environment is unchanged (nothing
-        made or installed here) and the cache's key still matches, its answer is returned as the fact
-        C(python_env_versions) and the versions probe (importing torch) need not run.
-    type: path
-  versions_packages:
-    description:
-      - Extras whose versions go into C(python_env_versions) (read from the dist-info names), as names or as
-        requirement specs (C(numpy==2.3.5) records C(numpy)), as M(provision.cluster.python_versions) takes them.
-    type: list
-    elements: str
-    default: []
-extends_documentation_fragment: [provision.cluster.attributes]
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.stage_check]
 attributes:
   check_mode:
     support: full
@@ -139,8 +130,13 @@ python:
 ansible_facts:
   description:
     - C(provision_env_python_env) (env VIRTUAL_ENV or CONDA_PREFIX, path) when O(export).
-    - C(python_env_versions) when O(versions_cache) answered.
-  returned: when export or when the versions cache answered
+  returned: when export
+  type: dict
+check_result:
+  description:
+    - The result of M(provision.cluster.python_versions) with the arguments O(check) gave (C(checks), C(cached),
+      C(ansible_facts.python_env_versions), which M(provision.cluster.check) sets on the host).
+  returned: when O(check) is given and the check ran
   type: dict
 adopted:
   description: O(install=false) - the existing environment met the pins and was used as it is.
@@ -155,15 +151,6 @@ rebuilt_untrusted:
   returned: always
   type: list
   elements: str
-versions_cached:
-  description: Whether O(versions_cache) answered (then RV(checks) holds the check C(python_env)).
-  returned: always
-  type: bool
-checks:
-  description: The check C(python_env) from the versions cache, as C(provision verify) reports it.
-  returned: when the versions cache answered
-  type: list
-  elements: dict
 """
 
 import grp
@@ -174,6 +161,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common import python_env as P
+from ansible_collections.provision.cluster.plugins.module_utils.verify.stage_check import CHECK_OPTION, stage_check
 
 
 def run(module, argv, timeout, what):
@@ -223,7 +211,7 @@ def base_python_problem(module, base, p):
 
 def adopt(module, p, env_python, state, facts):
     """install=false: the environment at path is used as it is. Fails in one line when it does not run
-    or does not meet the pins; otherwise exits unchanged (with the versions cache's answer when it holds)."""
+    or does not meet the pins; otherwise exits unchanged (after the versions check, with check)."""
     node = p["node"] or "this node"
     if state is None:
         module.fail_json(msg=f"{node}: {env_python} does not run, and python_env_install is false (an existing "
@@ -234,15 +222,7 @@ def adopt(module, p, env_python, state, facts):
         have = ", ".join("%s %s" % (P.parse_pin(s)[0], state["dists"].get(P.parse_pin(s)[0]) or "absent") for s in unmet)
         module.fail_json(msg=f"{node}: {' '.join(unmet)} not met in {p['path']} ({have}), and python_env_install is "
                              f"false: nothing is installed; fix: pin what the environment has, or python_env_install: true")
-    cached = None
-    if p["versions_cache"]:
-        cached = P.cached_versions(p["versions_cache"], P.probe_cache_key(env_python), env_python, p["versions_packages"])
-    if cached is not None:
-        facts["python_env_versions"] = cached
-        module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
-                         versions_cached=True, checks=[P.cached_check(cached)], adopted=True)
-    module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
-                     versions_cached=False, adopted=True)
+    finish(module, dict(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts, adopted=True))
 
 
 def distrust(module, p, env_python):
@@ -292,15 +272,13 @@ def main():
             group=dict(type="str"),
             export=dict(type="bool", default=True),
             timeout=dict(type="int", default=1800),
-            versions_cache=dict(type="path"),
-            versions_packages=dict(type="list", elements="str", default=[]),
             python_version=dict(type="str"),
             node=dict(type="str"),
+            **CHECK_OPTION,
         ),
         supports_check_mode=True,
     )
     p = module.params
-    p["versions_packages"] = P.package_names(p["versions_packages"])
     path = p["path"]
     try:
         for spec in p["requirements"]:
@@ -380,16 +358,16 @@ def main():
             else:
                 P.chown_tree(path, uid, gid)
                 changed = True
-    cached = None
-    if p["versions_cache"] and not changed:
-        cached = P.cached_versions(p["versions_cache"], P.probe_cache_key(env_python), env_python,
-                                   p["versions_packages"])
-    if cached is not None:
-        facts["python_env_versions"] = cached
-        module.exit_json(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts,
-                         rebuilt_untrusted=rebuilt, versions_cached=True, checks=[P.cached_check(cached)])
-    module.exit_json(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts,
-                     versions_cached=False, rebuilt_untrusted=rebuilt)
+    finish(module, dict(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts,
+                        rebuilt_untrusted=rebuilt))
+
+
+def finish(module, result):
+    """Exit with RESULT, after the versions check (option check) on the environment as this call leaves it:
+    not in check mode where it is still to be made or completed (there is nothing to read yet)."""
+    if not (module.check_mode and result.get("changed")):
+        result = stage_check(module, P.VERSIONS_ARGS, P.run_versions, result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

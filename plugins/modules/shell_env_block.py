@@ -24,6 +24,8 @@ description:
     naming the file and the fix, and new files are given to the user through their fd.
   - Also keeps C(~/.deepspeed_env) (C(NAME=value) lines, which DeepSpeed's runner exports to every
     node). It sets O(deepspeed_vars), removes the ones it wrote last time and no longer manages, and keeps the user's.
+  - With O(check), it then runs the check C(env block) of C(provision verify) (the options of
+    M(provision.cluster.shell_env_check)), which says whether C(ssh <self>) sees the block.
 version_added: 1.0.0
 author: provision developers (!UNKNOWN)
 options:
@@ -95,7 +97,7 @@ options:
       - What the stages exported, merged without the user's extra variables; returned as the fact
         C(__shell_env_exports) (cached, for runs limited to other nodes). Nothing is returned when it is not given.
     type: dict
-extends_documentation_fragment: [provision.cluster.attributes]
+extends_documentation_fragment: [provision.cluster.attributes, provision.cluster.stage_check]
 attributes:
   check_mode:
     support: full
@@ -115,6 +117,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_result:
+  description: The result of M(provision.cluster.shell_env_check) with the arguments O(check) gave (C(checks), C(seen), ...).
+  returned: when O(check) is given
+  type: dict
 ansible_facts:
   description: C(__shell_env_exports), the O(exports) given (cached with the facts).
   returned: when O(exports) is given
@@ -154,6 +160,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, UnsafeFile, confinement
 from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import MarkerError
 from ansible_collections.provision.cluster.plugins.module_utils.common.spawn import home_path
+from ansible_collections.provision.cluster.plugins.module_utils.common import shell_env_check as E
+from ansible_collections.provision.cluster.plugins.module_utils.verify.stage_check import CHECK_OPTION, stage_check
 from ansible_collections.provision.cluster.plugins.module_utils.common.bashrc import (
     deepspeed_keys_of, deepspeed_safe, lost_exports, place_block, remove_block, render_block,
     update_deepspeed_env)
@@ -176,6 +184,7 @@ def main():
             node=dict(type="str"),
             conflicts=dict(type="list", elements="str", default=[]),
             exports=dict(type="dict"),
+            **CHECK_OPTION,
         ),
         supports_check_mode=True,
     )
@@ -212,7 +221,7 @@ def main():
         module.fail_json(msg=str(exc))
     if p["exports"] is not None:
         result["ansible_facts"] = {"__shell_env_exports": p["exports"]}
-    module.exit_json(**result)
+    module.exit_json(**stage_check(module, E.ARGS, E.run, result))
 
 
 def manage(module, p, w, bashrc, ds_path):

@@ -144,7 +144,7 @@ class Spec:
 
     def __init__(self, name, title, summary, module=None, args=None, phase=NODE, group=None, needs=(),
                  adjust=None, keep=None, when=None, stage=None, fix_names_stage=False, cluster=None,
-                 default=True, local=True, stage_keys=(), derive=None):
+                 default=True, local=True, stage_keys=(), derive=None, writers=()):
         self.name = name            # the entry's id; --check NAME for the public ones
         self.title = title          # the check id of a result that carries no check of its own
         self.summary = summary      # --list-checks
@@ -164,6 +164,9 @@ class Spec:
         # the arguments its stage adds to the check's own when it runs the module through the check action:
         # what the stage plans or configures with (never one that changes what the check reads or judges)
         self.stage_keys = frozenset(stage_keys)
+        # the stage's modules that run the check themselves after their work, in the same process (the
+        # check action's `module`; plugins/module_utils/verify/stage_check.py): their call is the record
+        self.writers = tuple(writers)
         # Context -> its result without running it, when another check's result of this node at hand
         # (ctx.results) already decides it (no GPU read: gpu_health's skips), else None
         self.derive = derive
@@ -563,7 +566,7 @@ CATALOG = [
                      "export_env")),
     Spec("env", "env block", "the ~/.bashrc env block above the non-interactive guard; ssh <self> env sees its values",
          module="provision.cluster.shell_env_check",
-         stage="shell_env",
+         stage="shell_env", writers=("provision.cluster.shell_env_block",),
          args=lambda ctx: dict({"user": ctx.var("shell_env_user") or ctx.user(), "ssh_host": ctx.host},
                                **({"bashrc": ctx.var("shell_env_bashrc")} if ctx.var("shell_env_bashrc") else {})),
          keep=_keep_env, local=False),
@@ -580,7 +583,7 @@ CATALOG = [
          keep=_keep_gpu, stage_keys=("source", "runfile", "install_root", "runfile_dir")),
     Spec("versions", "python_env",
          "python / torch / CUDA / NCCL / backends / extras equal across nodes; DeepSpeed ops built for the torch and CUDA installed",
-         module="provision.cluster.python_versions", stage="python_env",
+         module="provision.cluster.python_versions", stage="python_env", writers=("provision.cluster.python_venv",),
          args=lambda ctx: {"python": ctx.python(), "packages": _versions_packages(ctx), "require_torch": False,
                            "timeout": int(ctx.var("verify_versions_timeout")),
                            # python_env's cache (python_env_probe_cache; written by the stage, read-only in
@@ -611,6 +614,7 @@ CATALOG = [
     Spec("launchers", "launch files", "the launch directory (launchers_dir): hostfiles, launch.env and the launch scripts "
          "there, naming the inventory's nodes, rendezvous and ssh port; each hostfile as launch.env",
          module="provision.cluster.launch_files_info", stage="launchers", args=_launch_args,
+         writers=("provision.cluster.launch_dir",),
          when=lambda ctx: bool(ctx.var("launchers_dir")), local=False),
     Spec("compare", "versions equal", "versions equal on every node", phase=CLUSTER, group="versions", stage="python_env",
          needs=("versions",), cluster=_cluster_compare, default=False),

@@ -143,3 +143,67 @@ def test_the_ssh_mesh_stage_checks_n_by_n_after_a_change_and_that_record_stands_
 def test_a_matrix_that_is_neither_ring_nor_full_is_refused():
     out, calls = run({"check": "mesh", "matrix": "half"})
     assert out["failed"] and "matrix must be ring or full, not 'half'" in out["msg"] and calls == []
+
+
+ENV_PASS = [{"check": "env block", "status": "pass", "detail": "`ssh n1` sees the block's 2 variable(s)", "fix": ""}]
+VERSIONS = {"python": "3.11.2", "torch": "2.13.0"}
+VERSIONS_PASS = [{"check": "python_env", "status": "pass", "detail": "python 3.11.2 torch 2.13.0", "fix": ""}]
+
+
+def test_the_stages_own_module_runs_the_check_after_its_work_and_its_unchanged_call_is_the_record():
+    writer_args = {"user": "train", "env": {"A": "1"}, "node": "n1"}
+    out, calls = run({"check": "env", "module": "provision.cluster.shell_env_block", "module_args": writer_args},
+                     {"changed": False, "block": "# BEGIN", "ansible_facts": {"__shell_env_exports": {}},
+                      "check_result": {"checks": ENV_PASS, "seen": {"A": "1"}}})
+    ((module, args),) = calls
+    ctx = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars({}))
+    # one module run: the writer, with its own arguments and verify's for the check (option check)
+    assert module == "provision.cluster.shell_env_block" and out["check_module"] == module
+    assert args == dict(writer_args, check=K.BY_NAME["env"].args(ctx))
+    assert out["block"] == "# BEGIN" and out["check_result"]["seen"] == {"A": "1"}   # the module's result as it is
+    assert out["ansible_facts"]["__shell_env_exports"] == {}
+    later = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars({K.RECORDS: out["ansible_facts"][K.RECORDS]}))
+    # what the verify pass takes: the check's records and what the entry keeps (seen, for nccl_in_effect)
+    assert K.stand_in(K.BY_NAME["env"], later) == {"checks": ENV_PASS, "seen": {"A": "1"}}
+
+
+def test_the_checks_facts_become_the_hosts_and_extra_goes_to_the_check_not_to_the_module():
+    out, calls = run({"check": "versions", "module": "provision.cluster.python_venv", "extra": {"require_torch": True},
+                      "module_args": {"path": "/opt/provision/venv"}},
+                     {"changed": False, "ansible_facts": {"provision_env_python_env": {"env": {}}},
+                      "check_result": {"checks": VERSIONS_PASS, "cached": True,
+                                       "ansible_facts": {"python_env_versions": VERSIONS}}})
+    ((_module, args),) = calls
+    assert args["path"] == "/opt/provision/venv" and "require_torch" not in args and args["check"]["require_torch"] is True
+    facts = out["ansible_facts"]
+    assert facts["python_env_versions"] == VERSIONS and facts["provision_env_python_env"] == {"env": {}}
+    later = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars({K.RECORDS: facts[K.RECORDS]}))
+    # the record's fingerprint is of verify's arguments only (require_torch is how the stage runs it)
+    assert K.stand_in(K.BY_NAME["versions"], later)["checks"] == VERSIONS_PASS
+
+
+@pytest.mark.parametrize("module_result", [
+    {"changed": True, "check_result": {"checks": ENV_PASS}},                  # the block was rewritten
+    {"changed": False},                                                       # the check did not run
+    {"failed": True, "msg": "torch does not import", "check_result": {"failed": True, "checks": VERSIONS_PASS}},
+])
+def test_a_writers_call_that_changed_failed_or_did_not_check_stands_in_for_nothing(module_result):
+    out, _ = run({"check": "env", "module": "provision.cluster.shell_env_block", "module_args": {}}, module_result)
+    assert out["ansible_facts"][K.RECORDS]["env"]["ok"] is False
+
+
+def test_fail_judges_the_checks_records_of_a_writers_call():
+    failed = [{"check": "launch files", "status": "fail", "detail": "launch.env lists 1 node", "fix": "site.yml --tags launchers"}]
+    out, _ = run({"check": "launchers", "module": "provision.cluster.launch_dir", "module_args": {}, "fail": True},
+                 {"changed": False, "written": [], "check_result": {"checks": failed}})
+    assert out["failed"] and out["msg"] == "n1: launch files: launch.env lists 1 node | fix: site.yml --tags launchers"
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"check": "env", "module": "provision.cluster.launch_dir"}, "module: the env check runs in provision.cluster.shell_env_block"),
+    ({"check": "gcc", "module": "provision.cluster.gcc_facts"}, "module: the gcc check runs in its own module only"),
+    ({"check": "gcc", "module_args": {"x": 1}}, "module_args: only with module"),
+])
+def test_a_module_the_entry_does_not_name_is_refused_before_anything_runs(args, says):
+    out, calls = run(args)
+    assert out["failed"] and says in out["msg"] and calls == []

@@ -107,12 +107,18 @@ def test_root_never_runs_a_venv_the_user_owns_it_is_set_aside_and_made_again(scr
     opt.mkdir()
     venv = fake_venv(opt, marker, owner=scratch_user.UID)
     args = {"path": str(venv), "requirements": [], "find_links": str(opt), "python": sys.executable,
-            "python_version": "%d.%d" % sys.version_info[:2], "owner": "root", "versions_cache": str(venv / "c.json")}
+            "python_version": "%d.%d" % sys.version_info[:2], "owner": "root",
+            # the versions check after the work (as the python_env stage runs it through provision.cluster.check)
+            "check": {"python": str(venv / "bin" / "python"), "require_torch": False, "cache": str(venv / "c.json")}}
     dry = helpers.run_module("python_venv", dict(args, _ansible_check_mode=True))
     assert dry["changed"] and dry["created"] and dry["rebuilt_untrusted"][0] == f"{venv} is owned by uid {scratch_user.UID}"
+    assert "check_result" not in dry    # check mode: nothing made yet, nothing to check
     assert not marker.exists() and venv.exists()            # check mode: neither run nor removed
     res = helpers.run_module("python_venv", args)
     assert res["created"] and res["rebuilt_untrusted"], res
+    # the check ran on the environment made again (root's): this interpreter, no torch in it
+    (check,) = res["check_result"]["checks"]
+    assert check["status"] == "fail" and check["detail"].startswith("torch does not import"), res
     warned = json.dumps(said)
     assert "made again as root's" in warned and "also held mine (not pinned)" in warned, res
     assert not marker.exists(), "root ran the user's python or its .pth"

@@ -212,6 +212,27 @@ def test_module_check_diff_then_write_then_idempotent(tmp_path):
     assert gone["changed"] is True and rc.read_text() == SKEL and ds.read_text() == ""
 
 
+def test_with_check_the_module_runs_verifys_env_check_on_the_block_it_wrote(tmp_path):
+    """The shell_env stage's call (provision.cluster.check with module: shell_env_block): after writing, the
+    same check as the module shell_env_check with the same arguments, in the same process."""
+    import pwd
+    user = pwd.getpwuid(os.getuid()).pw_name
+    rc = tmp_path / "bashrc"
+    rc.write_text(SKEL)
+    # ssh to loopback, where nothing answers as this node: both runs see the same ssh error
+    check = {"user": user, "bashrc": str(rc), "ssh_host": "127.0.0.1", "timeout": 2}
+    args = {"user": user, "bashrc": str(rc), "env": {"NCCL_SOCKET_IFNAME": "eth1"}, "deepspeed_env": ""}
+    done = _module(tmp_path, dict(args, check=check))
+    alone = helpers.run_module("shell_env_check", check, env={"HOME": str(tmp_path)})
+    assert done["changed"] is True and br.BEGIN in rc.read_text()
+    found = done["check_result"]
+    assert found["expected"] == {"env": {"NCCL_SOCKET_IFNAME": "eth1"}, "path": {}}       # read after the write
+    assert dict(found, changed=False) == {k: v for k, v in alone.items() if k != "invocation"}, (found, alone)
+    assert "check_result" not in _module(tmp_path, args)                           # no check asked, none run
+    bad = _module(tmp_path, dict(args, check={"user": user}))
+    assert bad["failed"] and bad["msg"].startswith("check: missing required arguments: ssh_host"), bad
+
+
 @pytest.mark.skipif(os.getuid() != 0, reason="making a file for another user needs root")
 def test_module_gives_the_files_it_makes_to_the_user(tmp_path):
     import pwd
