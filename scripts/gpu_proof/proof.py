@@ -505,10 +505,10 @@ def judge_preflight(evs):
 
 
 def judge_python_env(evs, plan_data):
+    # the stage's python_venv call runs the versions check after its work (provision.cluster.check sets the fact)
     venv = last_of(evs, "python_venv")
-    probe = last_of(evs, "python_versions", ("ok",))
-    versions = (((probe or {}).get("result") or {}).get("ansible_facts") or {}).get("python_env_versions") or {}
     res = (venv or {}).get("result") or {}
+    versions = (res.get("ansible_facts") or {}).get("python_env_versions") or {}
     where = plan_data.get("env_prefix")
     how = ("adopted as it is: nothing downloaded, installed or re-owned" if res.get("adopted")
            else "changed" if res.get("changed") else "unchanged")
