@@ -30,8 +30,13 @@ _PATTERNS = (
                              r"\d+ incorrect password attempts?", re.I)),
     ("missing", re.compile(r"Missing (?:sudo|su|become) password|a password is required|"
                            r"Sorry, a password is required", re.I)),
-    ("timeout", re.compile(r"Timeout \(\d+s\) waiting for privilege escalation prompt", re.I)),
+    # not "Timeout (1s)": ansible-core's ssh connection waits 2 + its timeout for sudo's success marker and
+    # lowers the wait to 1 s only once ssh's output has ended; that timeout is a connection that ended
+    # before sudo answered (a bastion gone, a node lost mid-login), not a sudo that waits (ENDED below)
+    ("timeout", re.compile(r"Timeout \((?!1s\))\d+s\) waiting for privilege escalation prompt", re.I)),
 )
+# the connection ended while Ansible waited for sudo's success marker (see "timeout" above)
+ENDED = re.compile(r"Timeout \(1s\) waiting for privilege escalation prompt", re.I)
 
 
 def become_kind(message):

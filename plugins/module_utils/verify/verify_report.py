@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.provision.cluster.plugins.module_utils.verify import checks as C
-from ansible_collections.provision.cluster.plugins.module_utils.ssh.become import become_problem
+from ansible_collections.provision.cluster.plugins.module_utils.ssh.become import ENDED, become_problem
 from ansible_collections.provision.cluster.plugins.module_utils.ssh.known_hosts import (
     failed_hop,
     presented_fingerprint,
@@ -35,6 +35,8 @@ def unreachable(node, conn, message=""):
     become = become_problem(node, message, conn.get("user"), conn.get("become_method") or "sudo")
     if become is not None:
         return become
+    if ENDED.search(message or ""):
+        detail = "the connection ended before %s confirmed (%s)" % (conn.get("become_method") or "sudo", detail)
     if kind.endswith("podman") or kind.endswith("docker"):
         return detail, "start the container: %s start %s" % (kind.rsplit(".", 1)[-1], host)
     bastion = _through_bastion(node, conn, message or "", detail)
@@ -101,8 +103,9 @@ def _through_bastion(node, conn, message, detail):
     if not proxy:
         return None
     hop = failed_hop(message, [conn.get("host"), node])
-    # ssh names the proxied stream "UNKNOWN port 65535": what broke is the way through the bastion
-    broken = "UNKNOWN port 65535" in message or "kex_exchange_identification" in message
+    # ssh names the proxied stream "UNKNOWN port 65535": what broke is the way through the bastion; a login
+    # that ended while Ansible waited for sudo (become.ENDED) carries no ssh words, the way through it first
+    broken = "UNKNOWN port 65535" in message or "kex_exchange_identification" in message or bool(ENDED.search(message))
     if not hop and not broken:
         return None
     what = "the bastion %s (ProxyJump %s)" % (hop, proxy) if hop else "the bastion (ProxyJump %s)" % proxy

@@ -88,3 +88,24 @@ def test_a_failure_at_the_bastion_names_the_bastion(name, words):
     # the node itself is not accused
     rest = line.replace("in front of node1 presents", "")
     assert "node1 presents a host key" not in rest and "node1 does not answer" not in rest
+
+
+# ansible-core's ssh connection (plugins/connection/ssh.py) raises 'Timeout (%ds) waiting for privilege
+# escalation prompt: %s' % (timeout, stdout); it waits 2 + its timeout, and 1 s once ssh's stdout ended
+ENDED = "Timeout (1s) waiting for privilege escalation prompt: "
+
+
+def test_a_login_that_ended_while_waiting_for_sudo_is_the_connection_not_sudo():
+    """test_login_bastion's stopped bastion, under load: ssh's output ended before it exited, and ansible-core
+    reported the 1 s wait that follows as a privilege escalation timeout (an unreachable result)."""
+    assert become_kind(ENDED) is None and become_problem("node1", ENDED, "ops") is None
+    assert become_kind(ENDED.replace("(1s)", "(22s)")) == "timeout"        # sudo that never confirmed: still sudo's
+    assert become_kind(ENDED.replace("(1s)", "(12s)")) == "timeout"
+    hv = {"ansible_host": "10.89.215.11", "ansible_port": 22, "ansible_user": "ops",
+          "ansible_ssh_common_args": "-F /x/ssh_config -o ProxyJump=lg-bast-bastion -o UserKnownHostsFile=/x/kh"}
+    line = unreachable_line({"unreachable": True, "msg": ENDED}, "node1", hv)
+    assert line.startswith("node1: the connection to node1 through the bastion (ProxyJump lg-bast-bastion) failed: "
+                           "the connection ended before sudo confirmed"), line
+    assert "ssh lg-bast-bastion true" in line and "sudo -n true" not in line, line
+    cause, fix = unreachable("node1", {"host": "10.89.215.11", "port": 22, "user": "ops"}, ENDED)
+    assert cause.startswith("the connection ended before sudo confirmed") and "ssh -p 22 ops@10.89.215.11 true" in fix
