@@ -75,7 +75,7 @@ class ActionModule(ActionBase):
         out = dict(result, **res)
         out["check_module"] = writer or spec.module  # which module ran (the task's action is this plugin's name)
         facts = dict(res.get("ansible_facts") or {})
-        if checked is not res:  # the facts the check sets (python_env_versions) are the host's too
+        if writer is not None:  # the facts the check sets (python_env_versions) are the host's too
             facts.update(checked.get("ansible_facts") or {})
         out["ansible_facts"] = dict(facts, **{K.RECORDS: kept})
         if K.as_bool(args.get("fail", False)) and not res.get("failed") and not self._task.check_mode:

@@ -92,7 +92,6 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.common.files import FileWriter, UnsafeFile, confinement
 from ansible_collections.provision.cluster.plugins.module_utils.common import launch as L
-from ansible_collections.provision.cluster.plugins.module_utils.common.launch import file_mode
 from ansible_collections.provision.cluster.plugins.module_utils.verify.stage_check import CHECK_OPTION, stage_check
 
 
@@ -186,7 +185,7 @@ def write_dir(module, path, pw, files):
             continue
         if files[name].get("keep") and os.path.lexists(target):
             continue   # written only where it is missing: what the node has is not known better here
-        if w.write(target, files[name]["content"], mode=file_mode(files[name]), owner=owner):
+        if w.write(target, files[name]["content"], mode=L.file_mode(files[name]), owner=owner):
             written.append(name)
     removed = []
     for name in module.params["absent"]:

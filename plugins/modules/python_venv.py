@@ -222,7 +222,8 @@ def adopt(module, p, env_python, state, facts):
         have = ", ".join("%s %s" % (P.parse_pin(s)[0], state["dists"].get(P.parse_pin(s)[0]) or "absent") for s in unmet)
         module.fail_json(msg=f"{node}: {' '.join(unmet)} not met in {p['path']} ({have}), and python_env_install is "
                              f"false: nothing is installed; fix: pin what the environment has, or python_env_install: true")
-    finish(module, dict(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts, adopted=True))
+    finish(module, dict(changed=False, created=False, installed=[], python=env_python, ansible_facts=facts, adopted=True),
+           p["path"])
 
 
 def distrust(module, p, env_python):
@@ -359,14 +360,17 @@ def main():
                 P.chown_tree(path, uid, gid)
                 changed = True
     finish(module, dict(changed=changed, created=created, installed=todo, python=env_python, ansible_facts=facts,
-                        rebuilt_untrusted=rebuilt))
+                        rebuilt_untrusted=rebuilt), path)
 
 
-def finish(module, result):
+def finish(module, result, path):
     """Exit with RESULT, after the versions check (option check) on the environment as this call leaves it:
-    not in check mode where it is still to be made or completed (there is nothing to read yet)."""
+    not in check mode where it is still to be made or completed (there is nothing to read yet). PATH's trust
+    was established here (distrust() walked it, or it was made here, or adopted after its walk): the check
+    does not walk it again."""
     if not (module.check_mode and result.get("changed")):
-        result = stage_check(module, P.VERSIONS_ARGS, P.run_versions, result)
+        result = stage_check(module, P.VERSIONS_ARGS,
+                             lambda params, m: P.run_versions(params, m, trusted=path), result)
     module.exit_json(**result)
 
 

@@ -773,9 +773,11 @@ VERSIONS_ARGS = {
 VERSIONS_FIX = "run the python_env stage (ansible-playbook playbooks/python_env.yml)"
 
 
-def run_versions(p, module):
+def run_versions(p, module, trusted=None):
     """The check with VERSIONS_ARGS's parameters on this node -> {checks, cached, ansible_facts:
-    {python_env_versions}}; Stop where torch must import (require_torch) and does not, or the probe fails."""
+    {python_env_versions}}; Stop where torch must import (require_torch) and does not, or the probe fails.
+    trusted: an environment whose trust the caller established in this process (python_venv walked it, or
+    made it, as root just before): not walked again."""
     packages = package_names(p["packages"])
     python = p["python"]
     if not os.access(python, os.X_OK):
@@ -784,7 +786,7 @@ def run_versions(p, module):
             raise Stop(f"{python} does not exist: {VERSIONS_FIX}", checks=[check])
         return {"checks": [check], "ansible_facts": {"python_env_versions": normalize_versions({})}}
     prefix = os.path.dirname(os.path.dirname(python))
-    reasons = untrusted(prefix, walk=is_environment(prefix)) if os.geteuid() == 0 else []
+    reasons = untrusted(prefix, walk=is_environment(prefix)) if os.geteuid() == 0 and prefix != trusted else []
     if reasons:
         # root runs nothing another user could have written (issue 31): the probe would import its code,
         # and its cache file would be another user's word

@@ -56,3 +56,23 @@ def test_an_environment_that_does_not_run_fails_instead_of_being_made(tmp_path):
     out = adopt(tmp_path / "none", ["demo==1.2.3"])
     assert out["failed"] is True and "does not run, and python_env_install is false" in out["msg"]
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the trust walk is root's")
+def test_the_versions_check_after_adopting_does_not_walk_the_environment_again(venv):
+    """python_env's call: python_venv walks the environment's trust once, then runs the versions check on it
+    (option check) without a second walk; the check alone (python_versions) walks it itself."""
+    from unittest import mock
+
+    from ansible_collections.provision.cluster.plugins.module_utils.common import python_env as P
+
+    check = {"python": os.path.join(str(venv), "bin", "python"), "require_torch": False}
+    with mock.patch.object(P, "untrusted", wraps=P.untrusted) as walk:
+        out = adopt(venv, ["demo==1.2.3"], check=check)
+    assert not out.get("failed"), out
+    assert [c.args[0] for c in walk.call_args_list] == [str(venv)], walk.call_args_list
+    (found,) = out["check_result"]["checks"]
+    assert found["check"] == "python_env" and found["detail"].startswith("torch does not import"), found
+    with mock.patch.object(P, "untrusted", wraps=P.untrusted) as walk:
+        alone = run_module("python_versions", check)
+    assert [c.args[0] for c in walk.call_args_list] == [str(venv)] and alone["checks"] == out["check_result"]["checks"]
