@@ -463,6 +463,20 @@ def _writable_by_others(st):
     return bool(st.st_mode & 0o022)
 
 
+# uv's flock file at an environment's root (`uv pip install` leaves it there, made 0666 on purpose since
+# uv 0.5.29 so another user's uv can take the lock: astral-sh/uv#11328, #16845): python never reads it,
+# nor anything root runs; its content is nobody's word. Who could replace it could write the directory,
+# and that is judged. Tolerated where root owns it (trusted_uids) and it is one plain file (a hard link
+# is judged like any other entry).
+UV_LOCK = ".lock"
+
+
+def _inert(path, where, st, trusted_uids):
+    """uv's lock file at path's root, as UV_LOCK says: a group/world-writable entry that does not count."""
+    return (os.path.dirname(where) == path and os.path.basename(where) == UV_LOCK and stat.S_ISREG(st.st_mode)
+            and st.st_nlink == 1 and st.st_uid in trusted_uids)
+
+
 def is_environment(prefix):
     """A venv (pyvenv.cfg) or a conda environment (conda-meta): a tree of its own, walked whole by
     untrusted(); a system prefix such as /usr is the distribution's and is not walked."""
@@ -476,7 +490,8 @@ def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
     none: only root (and the trusted uids) could have written what root is about to run. Nothing is
     followed: every entry is lstat'ed, the walk does not enter linked directories. walk=False: path and
     the directories above it only. Below path the walk is one find(1) where the node has GNU find (C: a
-    torch environment's ~25,000 entries in about half the time of Python's), else Python's own."""
+    torch environment's ~25,000 entries in about half the time of Python's), else Python's own. uv's
+    lock file at path's root does not count (UV_LOCK)."""
     found = []
 
     def judge(where, st):
@@ -498,6 +513,7 @@ def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
         return found
     if os.path.islink(path) or not walk or len(found) >= limit:
         return found[:limit]
+    path = os.path.abspath(path)
     below = _find_untrusted(path, trusted_uids, limit - len(found))
     if below is not None:
         return (found + below)[:limit]
@@ -507,9 +523,11 @@ def untrusted(path, trusted_uids=(0,), limit=3, walk=True):
                 return found
             full = os.path.join(root, name)
             try:
-                judge(full, os.lstat(full))
+                st = os.lstat(full)
             except OSError:
                 continue
+            if not _inert(path, full, st, trusted_uids):
+                judge(full, st)
     return found[:limit]
 
 
@@ -519,7 +537,8 @@ FIND = ("/usr/bin/find", "/bin/find")
 def _find_untrusted(path, trusted_uids, limit):
     """untrusted()'s lines for the entries below path, from one `find -P` (nothing followed; the same
     rule: an owner outside trusted_uids, else group/other write on anything but a link or a sticky
-    directory), reading no more than LIMIT of them; None where there is no GNU find (then Python walks)."""
+    directory, uv's lock file excepted), reading no more than LIMIT of them (and the one lock file it may
+    print besides); None where there is no GNU find (then Python walks)."""
     find = next((f for f in FIND if os.access(f, os.X_OK)), None)
     if find is None:
         return None
@@ -535,13 +554,13 @@ def _find_untrusted(path, trusted_uids, limit):
         return None
     data = b""
     try:
-        while data.count(b"\0") < limit:
+        while data.count(b"\0") <= limit:
             chunk = proc.stdout.read1(65536)
             if not chunk:
                 break
             data += chunk
     finally:
-        if data.count(b"\0") >= limit:
+        if data.count(b"\0") > limit:
             proc.kill()
         proc.communicate()
     if proc.returncode != 0 and not data:
@@ -549,12 +568,18 @@ def _find_untrusted(path, trusted_uids, limit):
         # Python walks, and names what it can read
         return None
     found = []
-    for entry in data.split(b"\0")[:limit]:
+    for entry in data.split(b"\0")[:limit + 1]:
         if not entry:
             continue
         uid, mode, where = entry.decode("utf-8", "surrogateescape").split(" ", 2)
+        if os.path.basename(where) == UV_LOCK and os.path.dirname(where) == path:
+            try:
+                if _inert(path, where, os.lstat(where), trusted_uids):
+                    continue
+            except OSError:
+                pass
         found.append(_reason(where, int(uid), int(mode, 8), trusted_uids))
-    return found
+    return found[:limit]
 
 
 def _reason(where, uid, mode, trusted_uids):

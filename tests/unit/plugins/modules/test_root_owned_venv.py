@@ -90,6 +90,41 @@ def test_find_walk_and_python_walk_name_the_same_entries(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "FIND", (str(busybox),))
     assert P._find_untrusted(str(tree), mine, 10) is None
     assert sorted(P.untrusted(str(tree), mine, limit=10)) == sorted(expected)
+
+@pytest.mark.parametrize("walker", ["find", "python"])
+def test_uv_lock_file_at_the_environment_root_does_not_count(tmp_path, monkeypatch, walker):
+    """`uv pip install` leaves a 0666 `.lock` at the venv's root (the H200 image's /opt/torch/.venv had one,
+    and root refused to run that torch for it: tests/fixtures/h200-proof/): python never reads it, so it
+    does not count; the same name elsewhere, as a directory, or hard-linked, is judged like any entry."""
+    if walker == "find" and not any(os.access(f, os.X_OK) for f in P.FIND):
+        pytest.skip("no find(1) here")
+    if walker == "python":
+        monkeypatch.setattr(P, "FIND", ())
+    mine = (os.geteuid(),)
+    tree = tmp_path / "env"
+    (tree / "lib").mkdir(parents=True)
+    (tree / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    lock = tree / ".lock"
+    lock.write_text("")
+    lock.chmod(0o666)
+    assert P.untrusted(str(tree), mine) == []
+    assert P.untrusted(str(tree) + "/", mine) == []
+    (tree / "lib" / ".lock").write_text("")
+    (tree / "lib" / ".lock").chmod(0o666)
+    (tree / "lib" / "a.py").write_text("")
+    (tree / "lib" / "a.py").chmod(0o666)
+    assert sorted(P.untrusted(str(tree), mine)) == [f"{tree}/lib/.lock is mode 0666 (writable by group or others)",
+                                                    f"{tree}/lib/a.py is mode 0666 (writable by group or others)"]
+    assert len(P.untrusted(str(tree), mine, limit=1)) == 1     # the tolerated lock takes no place in the limit
+    os.link(lock, tmp_path / "other-name")                     # a second name: not uv's plain lock file
+    assert f"{lock} is mode 0666 (writable by group or others)" in P.untrusted(str(tree), mine, limit=5)
+    os.unlink(tmp_path / "other-name")
+    lock.unlink()
+    lock.mkdir()
+    lock.chmod(0o777)
+    assert f"{lock} is mode 0777 (writable by group or others)" in P.untrusted(str(tree), mine, limit=5)
+
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a tree of another uid needs root")
 
 
