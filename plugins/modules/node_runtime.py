@@ -367,6 +367,8 @@ def main():
 
     pam = pam_files(p["limits_file"])
     groups = user_groups(p["cluster_user"])
+    # where no source measured them, the checks say why each failed (runuser as a user other than root, ...)
+    source = source if limits else "; ".join(notes) or source
     checks = [
         check_shm(facts["shm"], gpus, in_container, runtime, shm_min, shm_per_gpu, p["manage_shm"],
                   facts["namespaces"]["host_ipc"]),

@@ -9,6 +9,7 @@ only picks the checks, runs ansible-playbook, follows its progress and adds what
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -175,10 +176,12 @@ def verify_local(node: str, *, address: str | None = None, checks: tuple[str, ..
                  ansible_args: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Check the node this runs on, as NODE (its name in the cluster), with the same playbook, catalog
     and modules as `verify`, over Ansible's local connection: no controller, no inventory of the
-    other nodes. Limits are measured through a login session (runuser -l, what pam_limits gives),
-    not over ssh; facts are not cached."""
+    other nodes. Limits are measured through a login session (runuser -l, what pam_limits gives) when
+    root runs it, else in the caller's own session; not over ssh; facts are not cached."""
     selected = select_local(checks)
-    own = {"verify_local": True, "node_runtime_limits_source": "login"}
+    # root (slurmd's health check) measures a login session of the cluster user (runuser -l); anyone else
+    # cannot, and measures the limits their own session runs under
+    own = {"verify_local": True, "node_runtime_limits_source": "login" if os.geteuid() == 0 else "module"}
     with tempfile.TemporaryDirectory(prefix="provision-local-") as tmp:
         inv = Path(tmp) / "local.yml"
         inv.write_text(local_inventory(node, address))

@@ -205,6 +205,23 @@ def test_local_inventory_is_this_node_over_the_local_connection():
                                                    "ansible_become": False}}}}
 
 
+@pytest.mark.parametrize(("euid", "source"), [(0, "login"), (1000, "module")])
+def test_local_limits_are_a_login_of_the_cluster_user_for_root_else_the_callers_own(monkeypatch, euid, source):
+    """runuser -l works for root alone: a training user running `verify --local` (the GPU proof as
+    trainee on the H200 said 'nofile could not be measured (none)') measures its own session instead."""
+    seen = {}
+
+    def build_command(inventory, checks, extra_vars, args):
+        seen["vars"] = json.loads(extra_vars[0])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(core.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(core, "build_command", build_command)
+    with pytest.raises(RuntimeError, match="stop here"):
+        core.verify_local("node2")
+    assert seen["vars"] == {"verify_local": True, "node_runtime_limits_source": source}
+
+
 def test_catalog_local_expansion_leaves_out_ssh_checks():
     cat = core.catalog()
     assert "landing" in cat.expand(["runtime"]) and "landing" not in cat.expand(["runtime"], local=True)

@@ -95,3 +95,13 @@ def test_warn_on_check_shows_each_warning_check_with_its_fix(tmp_path):
     assert shown == ["ctl: %s | %s | fix: %s" % (c["check"], c["detail"], c["fix"])
                      for c in loud["checks"] if c["status"] == "warn"], shown
     assert len(shown) == len(warned)
+
+
+def test_limits_no_source_could_measure_are_a_warning_that_says_why(tmp_path):
+    """A source that cannot run here (runuser as a user other than root, ssh without a host) is named
+    in the checks' detail, not hidden behind 'none'."""
+    out = _run(tmp_path, "limits_source=ssh", check=True)
+    by = {c["check"]: c for c in out["checks"]}
+    assert by["nofile"]["status"] == "warn"
+    assert by["nofile"]["detail"] == "nofile could not be measured (ssh: no ssh_host given)", by["nofile"]
+    assert out["ansible_facts"]["node_runtime"]["limits"]["source"] == "none"
