@@ -247,6 +247,23 @@ def missing_of(found):
     return out
 
 
+def become_problem(euid=None, sudo=None):
+    """Why the stages could not become root here ('' when they can): they run with become (the one-node
+    inventory is the stages' own), so a user other than root needs a sudo that asks no password. The
+    preflight step would say it too, but after each later step had failed on it."""
+    if (os.geteuid() if euid is None else euid) == 0:
+        return ""
+    sudo = sudo if sudo is not None else (shutil.which("sudo") or "")
+    if not sudo:
+        return "sudo is not installed"
+    try:
+        proc = subprocess.run([sudo, "-n", "true"], capture_output=True, text=True, timeout=15, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`sudo -n true` did not run: {exc}"
+    return "" if proc.returncode == 0 else f"`sudo -n true` fails: {first_line(proc.stderr) or 'rc %d' % proc.returncode}"
+
+
 def prereq(out, site, wheels):
     """Check what the run needs; install the missing pure-python pieces from the wheelhouse into SITE."""
     out = Path(out)
@@ -291,6 +308,12 @@ def prereq(out, site, wheels):
                             f"{'; '.join(whys)}) {where}: build one where an index is reachable with "
                             "`scripts/gpu_proof.sh --prepare DIR`, carry it and give --wheels DIR")
     info["imports"] = found
+    become = become_problem()
+    if become:
+        import pwd
+        who = pwd.getpwuid(os.geteuid()).pw_name
+        problems.append(f"root (the stages become root, and for {who} {become}: run it as root, or as a user with "
+                        "passwordless sudo)")
     torch, err = _run_py(python, _TORCH, [], 240)
     if torch is None:
         problems.append(f"torch (not importable by {python}: {err}; the proof uses the PyTorch already there and "
@@ -512,7 +535,7 @@ def judge_python_env(evs, plan_data):
     where = plan_data.get("env_prefix")
     how = ("adopted as it is: nothing downloaded, installed or re-owned" if res.get("adopted")
            else "changed" if res.get("changed") else "unchanged")
-    detail = (f"torch {versions.get('torch')} (CUDA {versions.get('cuda')}, NCCL {versions.get('nccl')}, "
+    detail = (f"torch {versions.get('torch')} (CUDA {versions.get('torch_cuda')}, NCCL {versions.get('nccl')}, "
               f"cuda_available {versions.get('cuda_available')}, {versions.get('device_count')} device(s)) "
               f"from {where}, python {versions.get('python')}; {how}")
     return "ok", detail, {"versions": versions, "env": where}
