@@ -27,7 +27,9 @@ options:
     type: str
     default: ""
   search_roots:
-    description: Directories searched for C(cuda*) toolkit directories.
+    description:
+      - Directories searched for C(cuda*) toolkit directories.
+      - A toolkit's version is read from its C(version.json), C(version.txt) or C(include/cuda.h) (C(CUDA_VERSION)), in that order.
     type: list
     elements: path
     default: [/usr/local]
@@ -159,16 +161,23 @@ def read_smi(module, timeout):
     return smi, ""
 
 
+# cuda.h defines CUDA_VERSION in its first lines (about 1 MiB in all): what is read of each file
+CUDA_H_READ = 256 * 1024
+
+
 def find_toolkits(roots):
     seen, toolkits = set(), []
     for root in roots:
         for path in sorted(glob.glob(os.path.join(root, "cuda*"))):
             real = os.path.realpath(path)
             version = None
-            for name, parser in (("version.json", G.parse_cuda_version_json), ("version.txt", G.parse_cuda_version_txt)):
+            # version.json (runfile, the cuda-toolkit meta package), version.txt (10.x and older), else the
+            # CUDA_VERSION cuda.h defines (the apt packages of NVIDIA's images install no version file)
+            for name, parser in (("version.json", G.parse_cuda_version_json), ("version.txt", G.parse_cuda_version_txt),
+                                 (os.path.join("include", "cuda.h"), G.parse_cuda_h_version)):
                 try:
-                    with open(os.path.join(path, name), encoding="utf-8") as fh:
-                        version = parser(fh.read())
+                    with open(os.path.join(path, name), encoding="utf-8", errors="replace") as fh:
+                        version = parser(fh.read(CUDA_H_READ))
                 except OSError:
                     continue
                 if version:

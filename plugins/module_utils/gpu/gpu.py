@@ -131,6 +131,20 @@ def parse_cuda_version_txt(text):
     return m.group(1) if m else None
 
 
+_CUDA_H = re.compile(r"^\s*#\s*define\s+CUDA_VERSION\s+(\d+)\b", re.M)
+
+
+def parse_cuda_h_version(text):
+    """A toolkit's include/cuda.h '#define CUDA_VERSION 13000' -> '13.0' (1000 * major + 10 * minor): the
+    version a toolkit from NVIDIA's apt packages has where it has no version.json (the nvidia/cuda
+    images' layout, e.g. the H200 image's /usr/local/cuda-13.0: tests/fixtures/h200-proof/cuda-layout.txt)."""
+    m = _CUDA_H.search(text or "")
+    if not m:
+        return None
+    n = int(m.group(1))
+    return f"{n // 1000}.{n % 1000 // 10}" if n >= 1000 else None
+
+
 _NCCL_SO = re.compile(r"libnccl\.so\.(\d+\.\d+\.\d+)$")
 _NCCL_H = re.compile(r"#define\s+NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)")
 

@@ -181,3 +181,37 @@ def test_module_on_replayed_captures(tmp_path):
     env = out["ansible_facts"]["provision_env_cuda_toolkit"]
     assert env["env"]["CUDA_HOME"] == str(root / "cuda-13.0")
     assert env["ld_library_path"] == [str(root / "cuda-13.0" / "lib64")]
+
+
+def test_a_toolkit_of_nvidias_apt_packages_is_found_by_its_cuda_h(tmp_path):
+    """The H200 image (tests/fixtures/h200-proof/cuda-layout.txt): cuda-*-13-0 apt packages, /usr/local/cuda and
+    cuda-13 links (through /etc/alternatives) to cuda-13.0, include a link into targets/, and no version.json
+    or version.txt: the proof said 'toolkits none' beside a working nvcc 13.0. cuda.h's CUDA_VERSION names it."""
+    from ansible_collections.provision.cluster.plugins.modules import gpu_facts as GF
+
+    layout = (FIXTURES / "h200-proof" / "cuda-layout.txt").read_text()
+    assert "cuda -> /etc/alternatives/cuda" in layout and "No such file or directory" in layout
+    assert "#define CUDA_VERSION 13000" in layout
+    assert G.parse_cuda_h_version("/* ... */\n#define CUDA_VERSION 13000\n") == "13.0"
+    assert G.parse_cuda_h_version("#define CUDA_VERSION 12040") == "12.4"
+    assert G.parse_cuda_h_version("#define CUDA_VERSION 11080\n") == "11.8"
+    assert G.parse_cuda_h_version("#define CUDA_VERSION_MAJOR 13") is None and G.parse_cuda_h_version("") is None
+    root = tmp_path / "local"
+    real = root / "cuda-13.0"
+    (real / "targets" / "x86_64-linux" / "include").mkdir(parents=True)
+    (real / "include").symlink_to("targets/x86_64-linux/include")
+    # the define line as cuda.h has it (the header itself is NVIDIA's: only that line is written here)
+    (real / "targets" / "x86_64-linux" / "include" / "cuda.h").write_text("#define CUDA_VERSION 13000\n")
+    (real / "bin").mkdir()
+    (real / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (real / "bin" / "nvcc").chmod(0o755)
+    (root / "cuda").symlink_to(real)
+    (root / "cuda-13").symlink_to(real)
+    found = GF.find_toolkits([str(root)])
+    assert {tk["path"] for tk in found} >= {str(root / "cuda")}
+    assert all(tk["version"] == "13.0" and tk["realpath"] == str(real) and tk["nvcc"] for tk in found), found
+    assert G.pick_toolkit(found)["path"] == str(root / "cuda")
+    assert G.pick_toolkit(found, "13.0")["realpath"] == str(real)
+    # a directory named cuda* with no toolkit in it is still not one
+    (root / "cuda-notes").mkdir()
+    assert str(root / "cuda-notes") not in {tk["path"] for tk in GF.find_toolkits([str(root)])}
