@@ -168,7 +168,9 @@ CUDA_H_READ = 256 * 1024
 def find_toolkits(roots):
     seen, toolkits = set(), []
     for root in roots:
-        for path in sorted(glob.glob(os.path.join(root, "cuda*"))):
+        # real directories before links (cuda-13.0 stands for itself, not its alias cuda-13); /usr/local/cuda
+        # is kept apart whatever it points to (pick_toolkit's default)
+        for path in sorted(glob.glob(os.path.join(root, "cuda*")), key=lambda p: (os.path.islink(p), p)):
             real = os.path.realpath(path)
             version = None
             # version.json (runfile, the cuda-toolkit meta package), version.txt (10.x and older), else the

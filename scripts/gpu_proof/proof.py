@@ -541,6 +541,14 @@ def judge_python_env(evs, plan_data):
     return "ok", detail, {"versions": versions, "env": where}
 
 
+def toolkits_shown(facts):
+    """'none', or each toolkit's path and version with the one exported: '/usr/local/cuda-13.0 13.0,
+    /usr/local/cuda 13.0 (CUDA_HOME)'."""
+    kits = facts.get("toolkits") or []
+    return ", ".join(f"{t.get('path')} {t.get('version')}" + (" (CUDA_HOME)" if t.get("path") == facts.get("cuda_home") else "")
+                     for t in kits) or "none"
+
+
 def _gpu_facts(evs):
     ev = last_of(evs, "gpu_facts", ("ok",))
     return (((ev or {}).get("result") or {}).get("ansible_facts") or {}).get("gpu_facts") or {}
@@ -566,7 +574,7 @@ def judge_gpu(evs, rc):
     names = sorted({g.get("name") or "?" for g in facts.get("gpus") or []})
     detail = (f"{facts['gpu_count']} x {', '.join(names)}, driver {facts.get('driver_version')}, CUDA "
               f"{facts.get('driver_cuda_version')} ({facts.get('driver_cuda_source')}); toolkits "
-              f"{[t.get('version') for t in facts.get('toolkits') or []] or 'none'}; health: {check_counts(checks)}")
+              f"{toolkits_shown(facts)}; health: {check_counts(checks)}")
     return "ok", detail, data
 
 

@@ -130,3 +130,11 @@ def test_a_user_without_passwordless_sudo_is_stopped_before_the_stages(tmp_path)
     assert proof.become_problem(euid=1000, sudo=str(sudo)) == "`sudo -n true` fails: sudo: a password is required"
     sudo.write_text("#!/bin/sh\n[ \"$1 $2\" = '-n true' ]\n")
     assert proof.become_problem(euid=1000, sudo=str(sudo)) == ""
+
+
+def test_the_gpu_step_names_each_toolkit_and_the_one_exported():
+    """On the H200 (after gpu_facts read cuda.h) the step printed "toolkits ['13.0', '13.0']": which is which?"""
+    facts = {"cuda_home": "/usr/local/cuda",
+             "toolkits": [{"path": "/usr/local/cuda-13.0", "version": "13.0"}, {"path": "/usr/local/cuda", "version": "13.0"}]}
+    assert proof.toolkits_shown(facts) == "/usr/local/cuda-13.0 13.0, /usr/local/cuda 13.0 (CUDA_HOME)"
+    assert proof.toolkits_shown({"toolkits": [], "cuda_home": ""}) == "none"

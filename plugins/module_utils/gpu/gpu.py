@@ -221,7 +221,8 @@ def toolkit_env(cuda_home):
 
 
 def pick_toolkit(toolkits, wanted=None):
-    """Choose the toolkit to export: the one of the wanted release, else /usr/local/cuda, else newest."""
+    """Choose the toolkit to export: the one of the wanted release, else <root>/cuda (/usr/local/cuda: the
+    distribution's choice, an alternatives link in NVIDIA's images), else the newest."""
     if not toolkits:
         return None
     if wanted:
@@ -230,7 +231,7 @@ def pick_toolkit(toolkits, wanted=None):
                 return tk
         return None
     for tk in toolkits:
-        if tk["path"] == "/usr/local/cuda":
+        if os.path.basename(tk["path"]) == "cuda":
             return tk
     return max(toolkits, key=lambda tk: vtuple(tk["version"]))
 
