@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -310,7 +311,6 @@ def prereq(out, site, wheels):
     info["imports"] = found
     become = become_problem()
     if become:
-        import pwd
         who = pwd.getpwuid(os.geteuid()).pw_name
         problems.append(f"root (the stages become root, and for {who} {become}: run it as root, or as a user with "
                         "passwordless sudo)")

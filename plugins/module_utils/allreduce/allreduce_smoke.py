@@ -84,9 +84,9 @@ def parse_nccl_log(text: str) -> dict:
         elif msg.startswith("NET/Socket : Using"):
             info["net_interfaces"] = [name for name, _unused in _IFACES.findall(msg)]
         elif " set by environment to " in msg or (msg.startswith("NCCL_") and " set to " in msg):
+            sep = " set by environment to " if " set by environment to " in msg else " set to "
+            key, _unused, value = msg.partition(sep)
             # "NCCL_IB_DISABLE set by environment to 1." (2.28: the sentence's period is not the value's)
-            key, _unused, value = msg.partition(" set by environment to " if " set by environment to " in msg
-                                                else " set to ")
             value = value.strip()
             info["env"][key.strip()] = value[:-1] if value.endswith(".") else value
         elif " via " in msg and "Channel" in msg:

@@ -473,8 +473,8 @@ UV_LOCK = ".lock"
 
 def _inert(path, where, st, trusted_uids):
     """uv's lock file at path's root, as UV_LOCK says: a group/world-writable entry that does not count."""
-    return (os.path.dirname(where) == path and os.path.basename(where) == UV_LOCK and stat.S_ISREG(st.st_mode)
-            and st.st_nlink == 1 and st.st_uid in trusted_uids)
+    return (where == os.path.join(path, UV_LOCK) and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+            and st.st_uid in trusted_uids)
 
 
 def is_environment(prefix):
@@ -572,7 +572,7 @@ def _find_untrusted(path, trusted_uids, limit):
         if not entry:
             continue
         uid, mode, where = entry.decode("utf-8", "surrogateescape").split(" ", 2)
-        if os.path.basename(where) == UV_LOCK and os.path.dirname(where) == path:
+        if where == os.path.join(path, UV_LOCK):   # lstat'ed only for that one name
             try:
                 if _inert(path, where, os.lstat(where), trusted_uids):
                     continue
