@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All tests: unit, CLI, lab integration (podman) and molecule; see docs/contributing.md (Tests).
 #   bash scripts/test.sh            everything: the lab tests and the unit tests run at once, as two
-#                                   pytest processes (the lab tests wait on their nodes much of the time)
+#                                   pytest runs (the lab tests wait on their nodes much of the time, and
+#                                   run in two workers themselves: PROVISION_TEST_LAB_WORKERS)
 #   bash scripts/test.sh --quick    the edit loop: the unit and CLI tests, and one 2-node lab (site.yml
 #                                   fresh, its re-run, --check, verify): the lab tests marked `quick`
 #   bash scripts/test.sh ARGS...    one pytest run with ARGS (e.g. tests/unit, -k verify, -m lab)
@@ -31,8 +32,14 @@ units_log=$(mktemp /tmp/provision-units-XXXXXX.log)
 start=$(date +%s)
 python -m pytest -m 'not lab and not molecule' -p no:cacheprovider >"$units_log" 2>&1 &
 units_pid=$!
+# the lab tests in PROVISION_TEST_LAB_WORKERS pytest-xdist workers (2; 1: one process): a lab test waits on
+# its nodes much of the time; the tests that share a lab stay in one worker, heaviest first (tests/lab_groups.py)
+workers=${PROVISION_TEST_LAB_WORKERS:-2}
+[ "$mode" = quick ] && workers=1   # one lab: nothing to share out
+parallel=()
+[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadscope --no-loadscope-reorder)
 # the 25 slowest lab steps close its output: where the suite's time goes, in every CI log
-python -m pytest -m "$labs" -p no:cacheprovider --durations=25 --durations-min=20
+python -m pytest -m "$labs" -p no:cacheprovider "${parallel[@]}" --durations=25 --durations-min=20
 labs_rc=$?
 wait "$units_pid"
 units_rc=$?

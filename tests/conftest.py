@@ -14,8 +14,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bounds  # noqa: E402
 import helpers  # noqa: E402
+import lab_groups  # noqa: E402
 import snapshots  # noqa: E402
 from helpers import FIXTURES, RELEASE_LAB_OPTIONS, STRICT, lab_cmd, lab_name, podman_available  # noqa: E402
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(lab_groups, "provision-lab-groups")  # the lab tests' units for xdist
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` deselected: a unit-test session sees no lab test
@@ -41,12 +46,28 @@ _SESSION_LOCK = None
 def _remove_leftover_labs() -> None:
     """Labs of this prefix left by an earlier run that was killed before its `finally` blocks ran
     (CI once found a killed run's `t-lab32` nodes, and `lab up --nodes 65` seemed to have started them).
-    Only when no other live session holds this prefix: its labs are in use, not left over."""
+    Only when no other live session holds this prefix: its labs are in use, not left over.
+    The workers of one xdist run (tests/lab_groups.py) are one session: the first (gw0) removes what was
+    left over, during its collection (no worker's tests start before every worker has collected), then
+    holds the prefix shared, as every other worker does once it has the lock: a later run of the same
+    prefix leaves their labs alone until the last worker has ended."""
     global _SESSION_LOCK
     if os.environ.get("PROVISION_KEEP_LABS") == "1":
         return  # labs kept on purpose (for a look after a run) stay until their tests bring them up again
     prefix = lab_name("")
     lock = open(Path(tempfile.gettempdir()) / f"provision-test-labs-{prefix or 'none'}.lock", "w")  # noqa: SIM115
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        deadline = time.monotonic() + bounds.LAB_UP
+        while True:  # gw0 holds it exclusively while it removes leftovers (one `lab down` per lab)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                _SESSION_LOCK = lock
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    lock.close()
+                    return
+                time.sleep(bounds.POLL_STEP)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -57,6 +78,11 @@ def _remove_leftover_labs() -> None:
     for name in helpers.leftover_labs(prefix):
         print(f"removing lab {name}, left over from an earlier test run", file=sys.stderr)
         lab_cmd("down", lab_name=name, check=False, timeout=bounds.LAB_UP)
+    try:  # shared now: the other workers of this run take it too (not atomic: another run may come between)
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _SESSION_LOCK = None
+        lock.close()
 
 
 @pytest.fixture(scope="session")

@@ -322,7 +322,15 @@ def install_wheels(lab: str, node: int, src: Path, venv: str, packages: str, com
 
 def torch_wheelhouse() -> Path:
     """torch 2.13.0 and numpy for lab nodes, downloaded once on the controller (cached between runs);
-    torch does not require numpy, but the nodes install both (torch warns without it)."""
+    torch does not require numpy, but the nodes install both (torch warns without it). One download at a
+    time on this machine (the lab tests' workers, two checkouts)."""
+    from provision.lab._base import machine_lock
+
+    with machine_lock("wheelhouse-torch", timeout=bounds.DOWNLOAD, what="the tests' torch wheelhouse"):
+        return _torch_wheelhouse()
+
+
+def _torch_wheelhouse() -> Path:
     if not list(TORCH_WHEELHOUSE.glob("torch-2.13.0*.whl")) or not list(TORCH_WHEELHOUSE.glob("numpy-*.whl")):
         TORCH_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",

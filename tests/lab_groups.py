@@ -1,0 +1,95 @@
+"""The lab tests in two workers at once (scripts/test.sh: pytest-xdist, `-n 2 --dist loadscope`).
+
+A lab test waits on its nodes a good part of the time (a CI run: the 2 cores about 70% busy with one
+lab test at a time), so two run side by side. What must stay together does: a unit of work is a test
+module (its module-scoped lab is made once, its tests keep their order), and the modules that share a
+session lab (tests/conftest.py: the converged 2-node lab, the 4-node lab, the bastion lab, the
+3-release lab) are one unit, so that lab is made once, in one worker. SHARED says which modules those
+are; every collection checks it against the fixtures the tests use (a module that starts using a
+shared lab and is not listed stops the run, naming the line to add).
+
+The units are handed out heaviest first (longest processing time first: the last unit to start is a
+short one, so the two workers end close together). COST is each unit's rough share of a CI run in
+seconds, from the `--durations` of the last one; it only orders the units, nothing asserts it, and a
+unit it does not name counts as DEFAULT_COST.
+
+xdist's own `loadgroup` would group by marks, but it renames test ids through an attribute pytest 9.2
+no longer reads (the marks are ignored there); this scheduler needs only the module of each test id.
+Without xdist, or with one worker (`PROVISION_TEST_LAB_WORKERS=1`), nothing here changes the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pytest
+
+# a session lab (fixture) -> its unit, and the modules that use it (directly or through `converged`,
+# `scratch_lab`)
+SHARED_LABS = {
+    "converged_lab": "lab-site",
+    "four_node_lab": "lab-four",
+    "bastion_lab": "lab-bastion",
+    "release_lab": "lab-release",
+}
+SHARED = {
+    "lab-site": ("test_allreduce_smoke", "test_launchers", "test_packaging", "test_readme", "test_site", "test_verify"),
+    "lab-four": ("test_bad_node", "test_lifecycle"),
+    "lab-bastion": ("test_login_bastion", "test_trust_boundary"),
+    "lab-release": ("test_lab_flavours", "test_lab_mirror"),
+}
+COST = {
+    "lab-site": 1100,        # the README block's fresh site.yml, re-run/--check, verify, all-reduce, launchers
+    "lab-four": 800,         # a fresh 4-node site.yml, the bad node, the lifecycle
+    "test_molecule": 600,    # releases (3 bare systemd nodes, a reboot), ssh (a non-root user)
+    "lab-bastion": 550,      # the bastion and sudo login shapes, the trust boundary
+    "lab-release": 350,      # 3 bare systemd images and their mirrors
+    "test_health_timer": 280,
+    "test_login_password": 170,
+    "test_ssh_fabric": 170,
+    "test_netenv": 150,
+    "test_toolchains": 150,
+}
+DEFAULT_COST = 60
+_UNIT_OF_MODULE = {module: unit for unit, modules in SHARED.items() for module in modules}
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of a test id (`tests/integration/test_site.py::test_x[param]`): its module's shared lab, else
+    its module."""
+    module = PurePosixPath(nodeid.split("::", 1)[0]).stem
+    return _UNIT_OF_MODULE.get(module, module)
+
+
+def check_shared(items: list[pytest.Item]) -> None:
+    """Every test that uses a shared lab is in a module SHARED lists for that lab."""
+    for item in items:
+        for fixture, unit in SHARED_LABS.items():
+            module = PurePosixPath(item.nodeid.split("::", 1)[0]).stem
+            if fixture in item.fixturenames and unit_of(item.nodeid) != unit:
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses the shared lab `{fixture}`, but tests/lab_groups.py does not put {module} "
+                    f"in that lab's unit: fix: add \"{module}\" to SHARED[\"{unit}\"] (two workers would make that lab "
+                    "twice, at once)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collection checks every lab test
+def pytest_collection_modifyitems(config, items):
+    check_shared(items)
+    if hasattr(config, "workerinput"):  # an xdist worker: the scheduler takes the units in this order
+        items.sort(key=lambda item: -COST.get(unit_of(item.nodeid), DEFAULT_COST))  # stable: a unit keeps its order
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # an xdist hook; before xdist's own (the first answer is taken)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabUnits(LoadScopeScheduling):
+        """loadscope with our units: a module, or the modules of one shared lab."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return LabUnits(config, log)
