@@ -2,7 +2,7 @@
 """Find flaky tests: run the lab suite (or any pytest selection) N times and report every test that
 failed at least once, with the runs it failed in and its first error, the output of every run kept.
 
-    python scripts/flakes.py                       # the lab suite (-m "lab or molecule"), 3 runs
+    python scripts/flakes.py                       # the lab suite (-m "lab or molecule", its 2 workers), 3 runs
     python scripts/flakes.py --runs 5 --hog 2      # 5 runs beside 2 busy processes (a loaded machine)
     python scripts/flakes.py --runs 2 -- tests/integration/test_verify.py -k fault
 
@@ -77,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs must be at least 1")
     keep = args.keep or Path("/tmp/provision-flakes") / time.strftime("%Y%m%d-%H%M%S")
     keep.mkdir(parents=True, exist_ok=True)
-    selection = args.pytest_args or ["-m", "lab or molecule"]
+    sys.path.insert(0, str(REPO / "tests"))
+    import lab_groups  # the lab run's workers, as scripts/test.sh runs them (PROVISION_TEST_LAB_WORKERS)
+
+    selection = args.pytest_args or ["-m", "lab or molecule", *lab_groups.xdist_args()]
     env = dict(os.environ, PROVISION_TEST_STRICT=os.environ.get("PROVISION_TEST_STRICT", "1"))
     hogs = hog(args.hog)
     runs, times = [], []

@@ -34,13 +34,14 @@ python -m pytest -m 'not lab and not molecule' -p no:cacheprovider >"$units_log"
 units_pid=$!
 # the lab tests in PROVISION_TEST_LAB_WORKERS pytest-xdist workers (2; 1: one process): a lab test waits on
 # its nodes much of the time; the tests that share a lab stay in one worker, heaviest first (tests/lab_groups.py)
-workers=${PROVISION_TEST_LAB_WORKERS:-2}
+workers=${PROVISION_TEST_LAB_WORKERS:-}
 [ "$mode" = quick ] && workers=1   # one lab: nothing to share out
-parallel=()
-[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadscope --no-loadscope-reorder)
+read -r -a parallel < <(python -c 'import sys; sys.path.insert(0, "tests"); import lab_groups; print(*lab_groups.xdist_args(sys.argv[1]))' "$workers")
 # the 25 slowest lab steps close its output: where the suite's time goes, in every CI log
-python -m pytest -m "$labs" -p no:cacheprovider "${parallel[@]}" --durations=25 --durations-min=20
+labs_junit=$(mktemp /tmp/provision-labs-XXXXXX.xml)
+python -m pytest -m "$labs" -p no:cacheprovider "${parallel[@]}" --durations=25 --durations-min=20 --junitxml="$labs_junit"
 labs_rc=$?
+python tests/lab_groups.py "$labs_junit" || true   # each unit's seconds: what tests/lab_groups.py's COST is kept from
 wait "$units_pid"
 units_rc=$?
 echo

@@ -1,4 +1,4 @@
-"""The lab tests in two workers at once (scripts/test.sh: pytest-xdist, `-n 2 --dist loadscope`).
+"""The lab tests in two workers at once (scripts/test.sh, scripts/flakes.py: pytest-xdist, xdist_args()).
 
 A lab test waits on its nodes a good part of the time (a CI run: the 2 cores about 70% busy with one
 lab test at a time), so two run side by side. What must stay together does: a unit of work is a test
@@ -10,8 +10,9 @@ shared lab and is not listed stops the run, naming the line to add).
 
 The units are handed out heaviest first (longest processing time first: the last unit to start is a
 short one, so the two workers end close together). COST is each unit's rough share of a CI run in
-seconds, from the `--durations` of the last one; it only orders the units, nothing asserts it, and a
-unit it does not name counts as DEFAULT_COST.
+seconds: scripts/test.sh ends the lab run with every unit's seconds (`python tests/lab_groups.py
+JUNIT.xml`, the run's setup, calls and teardowns summed), from which it is kept; it only orders the
+units, nothing asserts it, and a unit it does not name counts as DEFAULT_COST.
 
 xdist's own `loadgroup` would group by marks, but it renames test ids through an attribute pytest 9.2
 no longer reads (the marks are ignored there); this scheduler needs only the module of each test id.
@@ -51,7 +52,18 @@ COST = {
     "test_toolchains": 150,
 }
 DEFAULT_COST = 60
+# the workers a lab run gets (scripts/test.sh, scripts/flakes.py): the CI machine has 2 cores
+DEFAULT_WORKERS = 2
 _UNIT_OF_MODULE = {module: unit for unit, modules in SHARED.items() for module in modules}
+
+
+def xdist_args(workers: int | str | None = None) -> list[str]:
+    """pytest's arguments for a lab run in WORKERS workers (PROVISION_TEST_LAB_WORKERS, else DEFAULT_WORKERS):
+    none for one worker (one process, as before)."""
+    import os
+
+    count = int(workers or os.environ.get("PROVISION_TEST_LAB_WORKERS") or DEFAULT_WORKERS)
+    return ["-n", str(count), "--dist", "loadscope", "--no-loadscope-reorder"] if count > 1 else []
 
 
 def unit_of(nodeid: str) -> str:
@@ -93,3 +105,23 @@ def pytest_xdist_make_scheduler(config, log):
             return unit_of(nodeid)
 
     return LabUnits(config, log)
+
+
+def unit_seconds(junit: str) -> dict[str, float]:
+    """{unit: seconds} from a JUnit XML file of a lab run (each test's setup, call and teardown)."""
+    import xml.etree.ElementTree as ET
+
+    out: dict[str, float] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        module = (case.get("classname") or "").rpartition(".")[2]
+        unit = _UNIT_OF_MODULE.get(module, module)
+        out[unit] = out.get(unit, 0.0) + float(case.get("time") or 0)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+if __name__ == "__main__":
+    import sys
+
+    seconds = unit_seconds(sys.argv[1])
+    print(f"lab units by time ({sum(seconds.values()):.0f} s in all; COST in tests/lab_groups.py orders them): "
+          + ", ".join(f"{unit} {s:.0f}" for unit, s in seconds.items()))

@@ -29,3 +29,21 @@ def test_a_test_of_a_shared_lab_outside_its_unit_stops_the_run_naming_the_line_t
 
 def test_every_shared_lab_has_a_unit_and_every_unit_a_lab():
     assert set(lab_groups.SHARED_LABS.values()) == set(lab_groups.SHARED)
+
+
+def test_one_worker_is_one_process_and_more_share_the_units_out(monkeypatch):
+    monkeypatch.delenv("PROVISION_TEST_LAB_WORKERS", raising=False)
+    assert lab_groups.xdist_args() == ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder"]
+    assert lab_groups.xdist_args("1") == []
+    monkeypatch.setenv("PROVISION_TEST_LAB_WORKERS", "3")
+    assert lab_groups.xdist_args()[:2] == ["-n", "3"]
+
+
+def test_unit_seconds_sums_a_junit_files_tests_by_unit(tmp_path):
+    junit = tmp_path / "labs.xml"
+    junit.write_text('<testsuites><testsuite name="pytest">'
+                     '<testcase classname="tests.integration.test_site" name="test_a" time="10.5"/>'
+                     '<testcase classname="tests.integration.test_verify" name="test_b[x]" time="2"/>'
+                     '<testcase classname="tests.integration.test_netenv" name="test_c" time="30"/>'
+                     '</testsuite></testsuites>')
+    assert lab_groups.unit_seconds(str(junit)) == {"test_netenv": 30.0, "lab-site": 12.5}
