@@ -15,7 +15,9 @@ JUNIT.xml`, the run's setup, calls and teardowns summed), from which it is kept;
 units, nothing asserts it, and a unit it does not name counts as DEFAULT_COST.
 
 xdist's own `loadgroup` would group by marks, but it renames test ids through an attribute pytest 9.2
-no longer reads (the marks are ignored there); this scheduler needs only the module of each test id.
+no longer reads, so the marks are silently ignored there (pytest-dev/pytest-xdist#1386, open: with
+xdist 3.8.0 and pytest 9.2.0 here, the tests of one group went to both workers); this scheduler needs
+only the module of each test id.
 Without xdist, or with one worker (`PROVISION_TEST_LAB_WORKERS=1`), nothing here changes the run.
 """
 
