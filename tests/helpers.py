@@ -327,17 +327,13 @@ def torch_wheelhouse() -> Path:
     from provision.lab._base import machine_lock
 
     with machine_lock("wheelhouse-torch", timeout=bounds.DOWNLOAD, what="the tests' torch wheelhouse"):
-        return _torch_wheelhouse()
-
-
-def _torch_wheelhouse() -> Path:
-    if not list(TORCH_WHEELHOUSE.glob("torch-2.13.0*.whl")) or not list(TORCH_WHEELHOUSE.glob("numpy-*.whl")):
-        TORCH_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
-                               str(TORCH_WHEELHOUSE), "torch==2.13.0", "numpy"], capture_output=True, text=True,
-                              timeout=bounds.DOWNLOAD)
-        if proc.returncode != 0:
-            cannot_run(f"cannot build a torch 2.13.0 wheelhouse on the controller: {proc.stderr[-300:]}")
+        if not list(TORCH_WHEELHOUSE.glob("torch-2.13.0*.whl")) or not list(TORCH_WHEELHOUSE.glob("numpy-*.whl")):
+            TORCH_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
+                                   str(TORCH_WHEELHOUSE), "torch==2.13.0", "numpy"], capture_output=True, text=True,
+                                  timeout=bounds.DOWNLOAD)
+            if proc.returncode != 0:
+                cannot_run(f"cannot build a torch 2.13.0 wheelhouse on the controller: {proc.stderr[-300:]}")
     return TORCH_WHEELHOUSE
 
 

@@ -68,19 +68,27 @@ def xdist_args(workers: int | str | None = None) -> list[str]:
     return ["-n", str(count), "--dist", "loadscope", "--no-loadscope-reorder"] if count > 1 else []
 
 
-def unit_of(nodeid: str) -> str:
-    """The unit of a test id (`tests/integration/test_site.py::test_x[param]`): its module's shared lab, else
-    its module."""
-    module = PurePosixPath(nodeid.split("::", 1)[0]).stem
+def module_of(nodeid: str) -> str:
+    """`test_site` of `tests/integration/test_site.py::test_x[param]`."""
+    return PurePosixPath(nodeid.split("::", 1)[0]).stem
+
+
+def unit_of_module(module: str) -> str:
+    """A module's unit: the shared lab it is listed under, else the module itself."""
     return _UNIT_OF_MODULE.get(module, module)
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of a test id."""
+    return unit_of_module(module_of(nodeid))
 
 
 def check_shared(items: list[pytest.Item]) -> None:
     """Every test that uses a shared lab is in a module SHARED lists for that lab."""
     for item in items:
+        module = module_of(item.nodeid)
         for fixture, unit in SHARED_LABS.items():
-            module = PurePosixPath(item.nodeid.split("::", 1)[0]).stem
-            if fixture in item.fixturenames and unit_of(item.nodeid) != unit:
+            if fixture in item.fixturenames and unit_of_module(module) != unit:
                 raise pytest.UsageError(
                     f"{item.nodeid} uses the shared lab `{fixture}`, but tests/lab_groups.py does not put {module} "
                     f"in that lab's unit: fix: add \"{module}\" to SHARED[\"{unit}\"] (two workers would make that lab "
@@ -115,8 +123,7 @@ def unit_seconds(junit: str) -> dict[str, float]:
 
     out: dict[str, float] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
-        module = (case.get("classname") or "").rpartition(".")[2]
-        unit = _UNIT_OF_MODULE.get(module, module)
+        unit = unit_of_module((case.get("classname") or "").rpartition(".")[2])
         out[unit] = out.get(unit, 0.0) + float(case.get("time") or 0)
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
