@@ -39,6 +39,16 @@ def tool(name: str) -> str:
     return found
 
 
+# ansible.cfg's callbacks that keep working where a command sets its own (callbacks_enabled replaces the list):
+# the collection's module payloads kept between runs (plugins/callback/payload_cache.py)
+KEPT_CALLBACKS = ("provision.cluster.payload_cache",)
+
+
+def callbacks(*names: str) -> str:
+    """An ANSIBLE_CALLBACKS_ENABLED value: NAMES and the callbacks every run keeps."""
+    return ",".join((*names, *KEPT_CALLBACKS))
+
+
 def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of ansible-* children: our ansible.cfg and collections first."""
     return paths.ansible_env(extra)
@@ -326,7 +336,7 @@ def events_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         "ANSIBLE_STDOUT_CALLBACK": "provision.cluster.verify_events",
         # replaces the profile_tasks timing callback of ansible.cfg: stdout carries JSON lines only
-        "ANSIBLE_CALLBACKS_ENABLED": "provision.cluster.verify_events",
+        "ANSIBLE_CALLBACKS_ENABLED": callbacks("provision.cluster.verify_events"),
         "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
         "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
         "ANSIBLE_NOCOLOR": "1",

@@ -38,7 +38,7 @@ LAUNCHERS = {
     "colossalai": ("colossalai.sh", "master"),
 }
 # what playbooks/launch.yml's results are read through
-ENVIRONMENT = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
+ENVIRONMENT = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CALLBACKS_ENABLED": ansible.callbacks("ansible.posix.json"),
                "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_NOCOLOR": "1"}
 
 
