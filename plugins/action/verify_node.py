@@ -13,6 +13,7 @@ from ansible_collections.provision.cluster.plugins.plugin_utils.verify import (
     BUILD_LOCK,
     Variables,
     cluster_plan,
+    run_entries,
     run_modules,
     selection,
 )
@@ -58,21 +59,8 @@ class ActionModule(ActionBase):
                 if found is not None:
                     raw[spec.name] = found
                     reused.append(spec.name)
-        # waves: an entry runs once what it needs has run (nccl_in_effect reads env and nccl)
-        todo = [s for s in wanted if s.name not in raw]
-        while todo:
-            ready = [s for s in todo if all(n in raw or n not in {t.name for t in todo} for n in s.needs)]
-            ctx.results = raw
-            for spec in ready:
-                found = spec.derive(ctx) if spec.derive else None
-                if found is not None:  # decided by another check's result at hand: not run
-                    raw[spec.name] = found
-                    reused.append(spec.name)
-            ready = [s for s in ready if s.name not in raw]
-            jobs = [(s.name, s.module, s.args(ctx)) for s in ready if s.when is None or s.when(ctx)]
-            raw.update(run_modules(self, jobs, task_vars, parallel))
-            todo = [s for s in todo if s not in ready and s.name not in raw]
-        ctx.results = raw
+        ctx.results = raw  # run_entries adds the results of the rest
+        reused.extend(run_entries(self, [s for s in wanted if s.name not in raw], ctx, task_vars, parallel))
         records, data = [], {}
         for spec in wanted:
             res = raw.get(spec.name)

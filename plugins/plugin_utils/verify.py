@@ -9,7 +9,7 @@ import copy
 import os
 import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleUndefinedVariable
 
@@ -156,15 +156,14 @@ def own_connection(action):
     return mine
 
 
-def run_modules(action, jobs, task_vars, parallel=8):
-    """Run [(name, module, args)] on the action's host at the same time -> {name: result}.
-
-    A module that fails or cannot reach the host gives its own failed/unreachable result; the
-    others still run. Each thread runs on its own copy of the connection (own_connection).
-    """
+def module_runner(action, task_vars, several=True):
+    """-> one((name, module, args)) -> (name, result): runs one module on the action's host. A module that
+    fails or cannot reach the host gives its own failed/unreachable result. With several (threads at
+    once), each call runs on its own copy of the connection (own_connection) and removes the remote
+    tmpdir it made."""
     def one(job):
         name, module, args = job
-        mine = own_connection(action) if len(jobs) > 1 else action
+        mine = own_connection(action) if several else action
         before = mine._connection._shell.tmpdir if getattr(mine._connection, "_shell", None) else None
         try:
             res = mine._execute_module(module_name=module, module_args=dict(args), task_vars=task_vars,
@@ -182,11 +181,62 @@ def run_modules(action, jobs, task_vars, parallel=8):
                     pass
         res.pop("invocation", None)
         return name, res
+    return one
 
+
+def run_modules(action, jobs, task_vars, parallel=8):
+    """Run [(name, module, args)] on the action's host at the same time -> {name: result} (module_runner)."""
     if not jobs:
         return {}
+    one = module_runner(action, task_vars, several=len(jobs) > 1)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(jobs)))) as pool:
         return dict(pool.map(one, jobs))
+
+
+def run_entries(action, specs, ctx, task_vars, parallel=8):
+    """Run catalog entries on the action's host, each as soon as what it reads is in; their results go into
+    ctx.results -> the names of those derived (not run).
+
+    An entry waits for the entries of this run it needs (`needs`: their results are its arguments) and for
+    those its `derive` reads (`derive_from`); then it is derived when that decides it (not run: a node
+    without a GPU has the gpu_health skips from the gpu check's reading), left out when its `when` says
+    so, or started; up to `parallel` modules run at once. ctx.results is the results so far (it may hold
+    results taken from elsewhere: those entries are not in specs)."""
+    results = ctx.results
+    todo = list(specs)
+    pending = {s.name for s in todo}
+    derived = []
+    one = module_runner(action, task_vars, several=len(todo) > 1)
+    force = False  # entries that wait on one another (the catalog has no such cycle): run as they are
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1))) as pool:
+        running = {}
+        while todo or running:
+            started = False
+            for spec in list(todo):
+                if not force and any(n in pending and n != spec.name for n in (*spec.needs, *spec.derive_from)):
+                    continue
+                todo.remove(spec)
+                started = True
+                found = spec.derive(ctx) if spec.derive else None
+                if found is not None:
+                    results[spec.name] = found
+                    derived.append(spec.name)
+                    pending.discard(spec.name)
+                elif spec.when is None or spec.when(ctx):
+                    running[pool.submit(one, (spec.name, spec.module, spec.args(ctx)))] = spec.name
+                else:
+                    pending.discard(spec.name)
+            if started:
+                continue  # what was derived or left out may free other entries
+            if not running:
+                force = True
+                continue
+            done = wait(running, return_when=FIRST_COMPLETED).done
+            for future in done:
+                name, res = future.result()
+                results[name] = res
+                pending.discard(running.pop(future))
+    return derived
 
 
 def selection(names, smoke, in_site, task_vars):

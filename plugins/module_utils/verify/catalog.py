@@ -27,6 +27,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_p
 from ansible_collections.provision.cluster.plugins.module_utils.verify import consistency
 from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health, gpu_health
 from ansible_collections.provision.cluster.plugins.module_utils.ssh import mesh_audit
+from ansible_collections.provision.cluster.plugins.module_utils.net.ports import check_port
 from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import (
     compare_checks, compare_outcome, env_python, package_names)
 
@@ -144,7 +145,7 @@ class Spec:
 
     def __init__(self, name, title, summary, module=None, args=None, phase=NODE, group=None, needs=(),
                  adjust=None, keep=None, when=None, stage=None, fix_names_stage=False, cluster=None,
-                 default=True, local=True, stage_keys=(), derive=None, writers=()):
+                 default=True, local=True, stage_keys=(), derive=None, derive_from=(), writers=()):
         self.name = name            # the entry's id; --check NAME for the public ones
         self.title = title          # the check id of a result that carries no check of its own
         self.summary = summary      # --list-checks
@@ -170,6 +171,9 @@ class Spec:
         # Context -> its result without running it, when another check's result of this node at hand
         # (ctx.results) already decides it (no GPU read: gpu_health's skips), else None
         self.derive = derive
+        # the entries whose results derive reads: where they run in the same pass, this one waits for them
+        # (unlike needs, they are not added to a selection: without them the entry runs its module)
+        self.derive_from = tuple(derive_from)
 
     def records(self, node, result, ctx=None):
         """The Check records of one module result, named for this node."""
@@ -289,6 +293,25 @@ def _adjust_sshd(node, c, ctx):
                      "container's command (e.g. sh -c 'ssh-keygen -A; mkdir -p /run/sshd; exec /usr/sbin/sshd -D -p %d')"
                      % (node, port))
     return c
+
+
+def _sshd_args(ctx):
+    return {"ports": [ctx.ssh_port()], "expect": "listening", "allowed_holders": ["sshd"]}
+
+
+def _sshd_from_ports(ctx):
+    """Where the ports check read a listener on the SSH port: port_facts' own verdict on that reading (its
+    check_port with the sshd check's arguments), without reading the sockets a second time. Nothing
+    listening there: None (the module then also reads where else sshd listens, to say so)."""
+    args = _sshd_args(ctx)
+    ports = (ctx.results.get("ports") or {}).get("ports")
+    report = next((r for r in ports or () if isinstance(r, dict) and r.get("port") == args["ports"][0]), None)
+    if report is None or not report.get("listening"):
+        return None
+    found = ctx.results["ports"]
+    check = check_port(report, args["expect"], args["allowed_holders"])
+    return {"changed": False, "ports": [report], "listening": found.get("listening") or [], "init": found.get("init") or "",
+            "checks": [check], "failed_checks": [check] if check["status"] == C.FAIL else []}
 
 
 def _versions_packages(ctx):
@@ -543,9 +566,7 @@ CATALOG = [
     Spec("reach", "node reachable", "node reachable from the controller", phase=NODE),
     Spec("sshd", "sshd listening", "sshd listening on the cluster port (sshd_port)",
          module="provision.cluster.port_facts", stage="sshd", fix_names_stage=True,
-         args=lambda ctx: {"ports": [ctx.ssh_port()], "expect": "listening",
-                           "allowed_holders": ["sshd"]},
-         adjust=_adjust_sshd),
+         args=_sshd_args, adjust=_adjust_sshd, derive=_sshd_from_ports, derive_from=("ports",)),
     Spec("ports", "ports free", "rendezvous and cluster ports free or held by the expected process",
          module="provision.cluster.port_facts", stage="preflight",
          args=_ports_args, adjust=_adjust_ports),
@@ -622,7 +643,7 @@ CATALOG = [
          "GPUs healthy: count (gpu_health_expected_gpus, else the same on every node), ECC, retired pages/remapped rows, "
          "PCIe link below its maximum, NVLink links down or erroring, fault throttling, Xid errors with their meaning, "
          "persistence, MIG, fabric manager; dcgmi diag with verify_dcgm (skip without GPU)",
-         module="provision.cluster.gpu_health_info", stage="cuda_toolkit", derive=_gpu_health_without_gpu,
+         module="provision.cluster.gpu_health_info", stage="cuda_toolkit", derive=_gpu_health_without_gpu, derive_from=("gpu",),
          args=lambda ctx: {"node": ctx.host, "expected_gpus": int(ctx.var("gpu_health_expected_gpus") or 0),
                            "dcgm_diag": _dcgm(ctx)},
          keep=_keep_gpu_health),
@@ -633,7 +654,7 @@ CATALOG = [
          "InfiniBand/RoCE ports: state and physical state, rate below the port's maximum or the cluster's, error "
          "counters growing between two reads, MTU, one link layer on every node; GPUDirect RDMA prerequisites "
          "(nvidia_peermem, PCIe ACS); RDMA devices and memlock in containers (skip without RDMA)",
-         module="provision.cluster.fabric_health_info", stage="nccl_net", derive=_fabric_without_rdma,
+         module="provision.cluster.fabric_health_info", stage="nccl_net", derive=_fabric_without_rdma, derive_from=("nccl",),
          args=lambda ctx: {"node": ctx.host, "counter_interval": int(ctx.var("verify_counter_interval")),
                            "required_ports": [h for h in str(ctx.var("nccl_net_ib_hca") or "").split(",") if h]},
          keep=_keep_fabric),
