@@ -191,7 +191,8 @@ export ANSIBLE_CONFIG="$REPO/ansible.cfg" ANSIBLE_HOME="$WORK/ansible-home" ANSI
   ANSIBLE_CACHE_PLUGIN_CONNECTION="$WORK/facts" ANSIBLE_COLLECTIONS_PATH="$REPO/collections" \
   ANSIBLE_ROLES_PATH="$REPO/roles" ANSIBLE_CALLBACK_PLUGINS="$REPO/scripts/gpu_proof/callback_plugins" \
   ANSIBLE_CALLBACKS_ENABLED=gpu_proof_results ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 \
-  ANSIBLE_RETRY_FILES_ENABLED=0 ANSIBLE_DEPRECATION_WARNINGS=0
+  ANSIBLE_RETRY_FILES_ENABLED=0 ANSIBLE_DEPRECATION_WARNINGS=0 \
+  PROVISION_PAYLOAD_CACHE_DIR="$WORK/payloads"  # the module payloads the CLI's runs keep (payload_cache)
 cd "$REPO" || exit 2
 
 # the node: GPUs (the --query-gpu CSV gpu_facts reads), a free rendezvous port, the inventory under $R/inventory
