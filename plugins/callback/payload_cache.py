@@ -18,6 +18,8 @@ description:
     every module and module_util of this collection, by content), so a changed file is never served an old
     payload. Only this collection's modules are kept; ansible-core builds every other module as usual.
   - A problem with the cache never fails a run; it is shown with C(-vvv) and the run builds as usual.
+    Payloads that another user could have written (the directory or a file not this user's alone, or a
+    link) are not used, and a warning says so (they run on every node, as root where the play escalates).
 version_added: "0.1.0"
 author: provision developers (!UNKNOWN)
 requirements:
@@ -75,6 +77,8 @@ class CallbackModule(CallbackBase):
             self._key = self._key or payload_cache.fingerprint()
             names = payload_cache.restore(self._store(), self._key, self._run_cache())
             self._display.vvv(f"payload_cache: {len(names)} payload(s) restored from {self._store() / self._key}")
+        except payload_cache.UntrustedCache as exc:
+            self._display.warning(str(exc))
         except (OSError, ValueError) as exc:
             self._display.vvv(f"payload_cache: not used ({exc})")
 

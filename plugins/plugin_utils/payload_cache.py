@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -84,14 +85,30 @@ def ours(run_cache: Path) -> list[Path]:
                   if p.name.startswith(PREFIX) and not p.name.endswith(".lock") and p.is_file())
 
 
+class UntrustedCache(ValueError):
+    """The kept payloads are not this user's alone: not used (they run on every node, as root where it escalates)."""
+
+
+def _own(path: Path) -> None:
+    """path is this user's, not a link, and nobody else may write it; else UntrustedCache."""
+    found = path.lstat()
+    if stat.S_ISLNK(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o022:
+        raise UntrustedCache("%s is not this user's alone (owner uid %d, mode %o): the kept module payloads are not "
+                             "used; fix: rm -rf %s" % (path, found.st_uid, stat.S_IMODE(found.st_mode), path))
+
+
 def restore(store: Path, key: str, run_cache: Path) -> list[str]:
-    """Copy the payloads kept under key into a run's cache directory; -> their names."""
+    """Copy the payloads kept under key into a run's cache directory; -> their names. UntrustedCache
+    where the store, the key's directory or a payload could have been written by another user."""
     kept = store / key
     if not kept.is_dir():
         return []
+    for path in (store, kept):
+        _own(path)
     run_cache.mkdir(parents=True, exist_ok=True)
     names = []
     for entry in ours(kept):
+        _own(entry)
         if not (run_cache / entry.name).exists():
             _copy(entry, run_cache)
             names.append(entry.name)

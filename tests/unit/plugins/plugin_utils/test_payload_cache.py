@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from ansible_collections.provision.cluster.plugins.plugin_utils import payload_cache as P
 
 REPO = Path(__file__).resolve().parents[4]
@@ -125,3 +126,23 @@ def test_a_second_run_uses_the_payloads_the_first_one_built(tmp_path):
     assert len(kept) == 1 and kept[0].startswith(f"{OURS}port_facts-")
     second = run()
     assert "payload_cache: 1 payload(s) restored" in second and "payload_cache: 0 payload(s) kept" in second
+
+
+def test_payloads_another_user_could_have_written_are_not_used(tmp_path):
+    """They run on every node (as root where the play escalates): a store or payload that is not this user's
+    alone, or a link, is refused with one line that says how to clear it."""
+    store = tmp_path / "store"
+    P.save(store, "k", tree(tmp_path / "run", {f"{OURS}m-ZIP_DEFLATED-none": "zip"}))
+    assert P.restore(store, "k", tmp_path / "ok") == [f"{OURS}m-ZIP_DEFLATED-none"]
+    for loose in (store, store / "k", store / "k" / f"{OURS}m-ZIP_DEFLATED-none"):
+        before = stat.S_IMODE(loose.stat().st_mode)
+        loose.chmod(before | 0o002)
+        with pytest.raises(P.UntrustedCache, match=r"not this user's alone .* fix: rm -rf "):
+            P.restore(store, "k", tmp_path / "loose")
+        loose.chmod(before)
+    assert not list((tmp_path / "loose").glob("*"))  # nothing was copied from a loose store
+    planted = tmp_path / "elsewhere"
+    planted.write_text("not ours")
+    (store / "k" / f"{OURS}other-ZIP_DEFLATED-none").symlink_to(planted)
+    with pytest.raises(P.UntrustedCache):
+        P.restore(store, "k", tmp_path / "linked")
