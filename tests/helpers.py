@@ -259,6 +259,12 @@ def probe_lines(text: str) -> list[dict]:
 TORCH_WHEELHOUSE = Path.home() / ".cache" / "provision" / "wheelhouse-torch"
 
 
+# the cluster plan (cluster_plan's fields) of a 2-node cluster that the catalog's unit tests build contexts on
+CHECK_PLAN = {"nodes": [{"name": "n1", "address": "10.0.0.1"}, {"name": "n2", "address": "10.0.0.2"}],
+              "hosts": ["n1", "n2"], "address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1",
+              "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222, "user": "train"}
+
+
 class CheckVars(dict):
     """A catalog Context's `var` without Ansible: this node's variables, else where the default is written
     (cluster_plan.DEFAULTS, the role's defaults file; untemplated), as verify's resolver answers;

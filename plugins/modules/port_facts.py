@@ -129,9 +129,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.provision.cluster.plugins.module_utils.net.ports import (
-    check_port,
     listeners,
     port_facts,
+    port_result,
     read_sockets,
 )
 
@@ -154,15 +154,13 @@ def main():
     others = None
     if p["expect"] == "listening" and p["allowed_holders"] and not all(r["listening"] for r in reports):
         others = listeners(p["proc_path"])
-    checks = [check_port(r, p["expect"], p["allowed_holders"], others) for r in reports]
     listening = sorted({s["local_port"] for s in read_sockets(p["proc_path"]) if s["state"] == "LISTEN"})
     try:
         with open(os.path.join(p["proc_path"], "1", "comm"), encoding="utf-8") as handle:
             init = handle.read().strip()
     except OSError:
         init = ""
-    module.exit_json(changed=False, ports=reports, listening=listening, checks=checks, init=init,
-                     failed_checks=[c for c in checks if c["status"] == "fail"])
+    module.exit_json(**port_result(reports, p["expect"], p["allowed_holders"], listening, init, others))
 
 
 if __name__ == "__main__":

@@ -200,6 +200,15 @@ def check_port(report, expect="report", allowed_holders=(), listeners=None):
     return {"check": "port %d" % port, "status": status, "detail": detail, "fix": fix}
 
 
+def port_result(reports, expect="report", allowed_holders=(), listening=(), init="", others=None):
+    """The port_facts module's result for its reports: one check per port (check_port), the failed ones,
+    every listening port and PID 1's name. verify's sshd check gives the same from the ports check's
+    reading (catalog._sshd_from_ports)."""
+    checks = [check_port(r, expect, allowed_holders, others) for r in reports]
+    return {"changed": False, "ports": reports, "listening": list(listening), "checks": checks, "init": init,
+            "failed_checks": [c for c in checks if c["status"] == "fail"]}
+
+
 def listeners(proc="/proc"):
     """{port: sorted names of the processes holding it} for every listening port."""
     return {r["port"]: sorted({x["name"] for x in r["processes"]}) for r in port_facts(None, proc)}

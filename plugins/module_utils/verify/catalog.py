@@ -27,7 +27,7 @@ from ansible_collections.provision.cluster.plugins.module_utils.common.cluster_p
 from ansible_collections.provision.cluster.plugins.module_utils.verify import consistency
 from ansible_collections.provision.cluster.plugins.module_utils.gpu import fabric_health, gpu_health
 from ansible_collections.provision.cluster.plugins.module_utils.ssh import mesh_audit
-from ansible_collections.provision.cluster.plugins.module_utils.net.ports import check_port
+from ansible_collections.provision.cluster.plugins.module_utils.net.ports import port_result
 from ansible_collections.provision.cluster.plugins.module_utils.common.python_env import (
     compare_checks, compare_outcome, env_python, package_names)
 
@@ -300,18 +300,15 @@ def _sshd_args(ctx):
 
 
 def _sshd_from_ports(ctx):
-    """Where the ports check read a listener on the SSH port: port_facts' own verdict on that reading (its
-    check_port with the sshd check's arguments), without reading the sockets a second time. Nothing
+    """Where the ports check read a listener on the SSH port: port_facts' own result on that reading (its
+    port_result with the sshd check's arguments), without reading the sockets a second time. Nothing
     listening there: None (the module then also reads where else sshd listens, to say so)."""
     args = _sshd_args(ctx)
-    ports = (ctx.results.get("ports") or {}).get("ports")
-    report = next((r for r in ports or () if isinstance(r, dict) and r.get("port") == args["ports"][0]), None)
+    found = ctx.results.get("ports") or {}
+    report = next((r for r in found.get("ports") or () if isinstance(r, dict) and r.get("port") == args["ports"][0]), None)
     if report is None or not report.get("listening"):
         return None
-    found = ctx.results["ports"]
-    check = check_port(report, args["expect"], args["allowed_holders"])
-    return {"changed": False, "ports": [report], "listening": found.get("listening") or [], "init": found.get("init") or "",
-            "checks": [check], "failed_checks": [check] if check["status"] == C.FAIL else []}
+    return port_result([report], args["expect"], args["allowed_holders"], found.get("listening") or (), found.get("init") or "")
 
 
 def _versions_packages(ctx):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from unittest import mock
 
-import helpers  # (puts collections/ on sys.path)  # noqa: F401
+import helpers  # (puts collections/ on sys.path)
 import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
@@ -13,9 +13,7 @@ from ansible_collections.provision.cluster.plugins.action.check import ActionMod
 from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
 
 RUN = "1764673200.000001-42"
-PLAN = {"nodes": [{"name": "n1", "address": "10.0.0.1"}, {"name": "n2", "address": "10.0.0.2"}],
-        "hosts": ["n1", "n2"], "address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1",
-        "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222, "user": "train", "run": RUN}
+PLAN = dict(helpers.CHECK_PLAN, run=RUN)
 PASS = [{"check": "gcc", "status": "pass", "detail": "GCC 12.2.0 at /usr/bin/gcc >= 9", "fix": ""}]
 FAIL = [{"check": "gcc", "status": "fail", "detail": "GCC 8.5.0 at /usr/bin/gcc, need >= 9",
          "fix": "ansible-playbook site.yml --tags gcc_toolchain --limit n1"}]

@@ -6,13 +6,10 @@ import threading
 import time
 
 import helpers  # (puts collections/ on sys.path)
-from ansible_collections.provision.cluster.plugins.module_utils.net.ports import check_port
+from ansible_collections.provision.cluster.plugins.module_utils.net.ports import check_port, port_result
 from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
 from ansible_collections.provision.cluster.plugins.plugin_utils import verify as V
 
-PLAN = {"nodes": [{"name": "n1", "address": "10.0.0.1"}, {"name": "n2", "address": "10.0.0.2"}],
-        "hosts": ["n1", "n2"], "address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1",
-        "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222, "user": "train"}
 PASS = [{"check": "x", "status": "pass", "detail": "ok", "fix": ""}]
 
 
@@ -27,9 +24,9 @@ def report(port, holder=None, pid=4242):
 
 
 def ports_result(ssh_holder="sshd"):
-    reports = [report(2222, ssh_holder), report(29500)]
-    return {"changed": False, "ports": reports, "listening": [2222] if ssh_holder else [], "init": "catatonit",
-            "checks": [check_port(r, "free", ["sshd"]) for r in reports], "failed_checks": []}
+    """What port_facts returns for the ports check (its arguments: both ports free or held by sshd)."""
+    return port_result([report(2222, ssh_holder), report(29500)], "free", ["sshd"], [2222] if ssh_holder else [],
+                       "catatonit")
 
 
 GPU_NONE = {"checks": PASS, "ansible_facts": {"gpu_facts": {"gpu_count": 0, "pci_gpus": [],
@@ -56,9 +53,14 @@ class Action:
         return dict(self.results[module_name])
 
 
-def run(names, results, mine=None):
-    ctx = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars(mine or {}))
-    ctx.results = {}
+def context(results=None):
+    ctx = K.Context("n1", helpers.CHECK_PLAN, ["n1", "n2"], helpers.CheckVars({}))
+    ctx.results = results if results is not None else {}
+    return ctx
+
+
+def run(names, results):
+    ctx = context()
     action = Action(results)
     derived = V.run_entries(action, [K.BY_NAME[n] for n in names], ctx, {}, parallel=8)
     return ctx, action, derived
@@ -115,8 +117,7 @@ def test_without_the_entry_it_derives_from_it_runs_at_once():
 
 def test_needs_still_order_the_entries_and_a_stage_record_decides_nothing():
     # a stage's record carries no socket reading: sshd is not derived from it
-    ctx = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars({}))
-    ctx.results = {"ports": {"checks": PASS}}
+    ctx = context({"ports": {"checks": PASS}})
     assert K.BY_NAME["sshd"].derive(ctx) is None
     # nccl_in_effect needs env and nccl (its arguments and its `when` read both): it starts when both are in
     assert set(K.BY_NAME["nccl_in_effect"].needs) == {"env", "nccl"}
@@ -133,8 +134,7 @@ def test_entries_that_wait_on_each_other_still_run():
     """The catalog has no cycle (test_catalog); were one made, the entries run instead of waiting forever."""
     a = K.Spec("a", "a", "", module="m.a", args=lambda ctx: {}, needs=("b",))
     b = K.Spec("b", "b", "", module="m.b", args=lambda ctx: {}, derive=lambda ctx: None, derive_from=("a",))
-    ctx = K.Context("n1", PLAN, ["n1", "n2"], helpers.CheckVars({}))
-    ctx.results = {}
+    ctx = context()
     action = Action({"m.a": {"checks": PASS}, "m.b": {"checks": PASS}})
     assert V.run_entries(action, [a, b], ctx, {}) == []
     assert sorted(ctx.results) == ["a", "b"]

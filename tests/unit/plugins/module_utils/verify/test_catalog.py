@@ -7,9 +7,7 @@ import helpers  # (puts collections/ on sys.path)
 import pytest
 from ansible_collections.provision.cluster.plugins.module_utils.verify import catalog as K
 
-PLAN = {"nodes": [{"name": "n1", "address": "10.0.0.1"}, {"name": "n2", "address": "10.0.0.2"}],
-        "hosts": ["n1", "n2"], "address_of": {"n1": "10.0.0.1", "n2": "10.0.0.2"}, "master": "n1",
-        "master_addr": "10.0.0.1", "master_port": 29500, "ssh_port": 2222, "user": "train"}
+PLAN = helpers.CHECK_PLAN
 
 
 Var = helpers.CheckVars
